@@ -1,0 +1,149 @@
+#include "models/resnet.h"
+
+#include <torch/nn/functional/pooling.h>
+#include <torch/nn/init.h>
+
+#include <array>
+#include <map>
+
+#include "src/check.h"
+
+namespace trainer {
+namespace {
+
+namespace nn = torch::nn;
+
+nn::Conv2d conv(int64_t in, int64_t out, int64_t kernel, int64_t stride) {
+  return nn::Conv2d(
+      nn::Conv2dOptions(in, out, kernel).stride(stride).padding(kernel / 2).bias(false));
+}
+
+// torchvision's shortcut: 1x1 strided conv + BN, registered as "downsample.0" / "downsample.1".
+nn::Sequential make_downsample(int64_t in, int64_t out, int64_t stride) {
+  return nn::Sequential(conv(in, out, 1, stride), nn::BatchNorm2d(out));
+}
+
+struct DepthSpec {
+  bool bottleneck;
+  std::array<int, 4> blocks;  // blocks in layer1..layer4
+};
+
+const std::map<int, DepthSpec>& depth_specs() {
+  static const std::map<int, DepthSpec> specs = {
+      {18, {false, {2, 2, 2, 2}}},  {34, {false, {3, 4, 6, 3}}},  {50, {true, {3, 4, 6, 3}}},
+      {101, {true, {3, 4, 23, 3}}}, {152, {true, {3, 8, 36, 3}}},
+  };
+  return specs;
+}
+
+}  // namespace
+
+BasicBlockImpl::BasicBlockImpl(int64_t in_channels, int64_t width, int64_t stride) {
+  conv1 = register_module("conv1", conv(in_channels, width, 3, stride));
+  bn1 = register_module("bn1", nn::BatchNorm2d(width));
+  conv2 = register_module("conv2", conv(width, width, 3, 1));
+  bn2 = register_module("bn2", nn::BatchNorm2d(width));
+  if (stride != 1 || in_channels != width * kExpansion)
+    downsample = register_module("downsample", make_downsample(in_channels, width, stride));
+}
+
+torch::Tensor BasicBlockImpl::forward(const torch::Tensor& x) {
+  auto out = bn1(conv1(x)).relu_();
+  out = bn2(conv2(out));
+  out += downsample ? downsample->forward(x) : x;
+  return out.relu_();
+}
+
+BottleneckImpl::BottleneckImpl(int64_t in_channels, int64_t width, int64_t stride) {
+  conv1 = register_module("conv1", conv(in_channels, width, 1, 1));
+  bn1 = register_module("bn1", nn::BatchNorm2d(width));
+  conv2 = register_module("conv2", conv(width, width, 3, stride));  // v1.5: stride here
+  bn2 = register_module("bn2", nn::BatchNorm2d(width));
+  conv3 = register_module("conv3", conv(width, width * kExpansion, 1, 1));
+  bn3 = register_module("bn3", nn::BatchNorm2d(width * kExpansion));
+  if (stride != 1 || in_channels != width * kExpansion)
+    downsample =
+        register_module("downsample", make_downsample(in_channels, width * kExpansion, stride));
+}
+
+torch::Tensor BottleneckImpl::forward(const torch::Tensor& x) {
+  auto out = bn1(conv1(x)).relu_();
+  out = bn2(conv2(out)).relu_();
+  out = bn3(conv3(out));
+  out += downsample ? downsample->forward(x) : x;
+  return out.relu_();
+}
+
+int resnet_depth_from_name(const std::string& arch) {
+  for (const auto& [depth, spec] : depth_specs())
+    if (arch == "resnet" + std::to_string(depth)) return depth;
+  throw UserError("unknown arch '" + arch +
+                  "'; allowed: resnet18, resnet34, resnet50, resnet101, resnet152");
+}
+
+ResNetImpl::ResNetImpl(const ResNetOptions& options) : options_(options) {
+  auto spec_it = depth_specs().find(options.depth);
+  USER_CHECK(spec_it != depth_specs().end(), "ResNet depth ", options.depth,
+             " is not one of 18, 34, 50, 101, 152");
+  USER_CHECK(options.num_classes > 0, "num_classes must be positive, got ", options.num_classes);
+  const DepthSpec& spec = spec_it->second;
+
+  conv1 = register_module("conv1",
+                          nn::Conv2d(nn::Conv2dOptions(3, 64, 7).stride(2).padding(3).bias(false)));
+  bn1 = register_module("bn1", nn::BatchNorm2d(64));
+  int64_t channels = 64;
+  const std::array<int64_t, 4> widths = {64, 128, 256, 512};
+  std::array<nn::Sequential, 4> stages{nullptr, nullptr, nullptr, nullptr};
+  for (int i = 0; i < 4; ++i) {
+    const int64_t stride = i == 0 ? 1 : 2;
+    stages[i] = spec.bottleneck
+                    ? make_stage<Bottleneck>(channels, widths[i], spec.blocks[i], stride)
+                    : make_stage<BasicBlock>(channels, widths[i], spec.blocks[i], stride);
+  }
+  layer1 = register_module("layer1", stages[0]);
+  layer2 = register_module("layer2", stages[1]);
+  layer3 = register_module("layer3", stages[2]);
+  layer4 = register_module("layer4", stages[3]);
+  fc = register_module("fc", nn::Linear(channels, options.num_classes));
+  initialize_weights();
+}
+
+template <typename Block>
+nn::Sequential ResNetImpl::make_stage(int64_t& in_channels, int64_t width, int blocks,
+                                      int64_t stride) {
+  nn::Sequential stage;
+  for (int b = 0; b < blocks; ++b) {
+    stage->push_back(Block(in_channels, width, b == 0 ? stride : 1));
+    in_channels = width * Block::Impl::kExpansion;
+  }
+  return stage;
+}
+
+// torchvision's initialisation: Kaiming-normal (fan_out) convolutions, BN gamma 1 / beta 0, and the
+// default Linear initialisation for fc.
+void ResNetImpl::initialize_weights() {
+  torch::NoGradGuard no_grad;
+  for (auto& module : modules(/*include_self=*/false)) {
+    if (auto* c = module->as<nn::Conv2d>()) {
+      nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanOut, torch::kReLU);
+    } else if (auto* bn = module->as<nn::BatchNorm2d>()) {
+      nn::init::ones_(bn->weight);
+      nn::init::zeros_(bn->bias);
+    }
+  }
+  if (!options_.zero_init_residual) return;
+  for (auto& module : modules(/*include_self=*/false)) {
+    if (auto* block = module->as<BottleneckImpl>()) nn::init::zeros_(block->last_bn()->weight);
+    if (auto* block = module->as<BasicBlockImpl>()) nn::init::zeros_(block->last_bn()->weight);
+  }
+}
+
+torch::Tensor ResNetImpl::forward(torch::Tensor x) {
+  x = bn1(conv1(x)).relu_();
+  x = torch::max_pool2d(x, /*kernel_size=*/3, /*stride=*/2, /*padding=*/1);
+  x = layer4->forward(layer3->forward(layer2->forward(layer1->forward(x))));
+  x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);  // (N, C)
+  return fc(x);
+}
+
+}  // namespace trainer

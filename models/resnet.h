@@ -1,0 +1,78 @@
+// ResNet v1.5 (stride 2 on the 3x3 convolution of the bottleneck) for depths 18/34/50/101/152.
+// Parameter and buffer names and shapes are identical to torchvision's resnetNN().state_dict(),
+// so weights move between this model and torchvision with strict=True.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+
+#include <cstdint>
+#include <string>
+
+namespace trainer {
+
+struct ResNetOptions {
+  int depth = 50;              // 18, 34, 50, 101 or 152
+  int64_t num_classes = 1000;  // width of the final fully connected layer
+  // Zero the last BN gamma of each residual block, so every block starts as the identity
+  // (Goyal et al., "Accurate, Large Minibatch SGD"); torchvision's zero_init_residual.
+  bool zero_init_residual = false;
+};
+
+// Two 3x3 convolutions (ResNet-18/34).
+class BasicBlockImpl : public torch::nn::Module {
+ public:
+  static constexpr int64_t kExpansion = 1;
+  BasicBlockImpl(int64_t in_channels, int64_t width, int64_t stride);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::nn::BatchNorm2d last_bn() { return bn2; }
+
+ private:
+  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
+  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr};
+  torch::nn::Sequential downsample{nullptr};  // 1x1 conv + BN when the shape changes
+};
+TORCH_MODULE(BasicBlock);
+
+// 1x1 reduce, 3x3 (carrying the stride: v1.5), 1x1 expand by 4 (ResNet-50/101/152).
+class BottleneckImpl : public torch::nn::Module {
+ public:
+  static constexpr int64_t kExpansion = 4;
+  BottleneckImpl(int64_t in_channels, int64_t width, int64_t stride);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::nn::BatchNorm2d last_bn() { return bn3; }
+
+ private:
+  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
+  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr}, bn3{nullptr};
+  torch::nn::Sequential downsample{nullptr};
+};
+TORCH_MODULE(Bottleneck);
+
+class ResNetImpl : public torch::nn::Module {
+ public:
+  explicit ResNetImpl(const ResNetOptions& options);
+  // (N, 3, H, W) float/half, any memory format -> (N, num_classes) logits
+  torch::Tensor forward(torch::Tensor x);
+  const ResNetOptions& options() const { return options_; }
+
+ private:
+  template <typename Block>
+  torch::nn::Sequential make_stage(int64_t& in_channels, int64_t width, int blocks, int64_t stride);
+  void initialize_weights();
+
+  ResNetOptions options_;
+  torch::nn::Conv2d conv1{nullptr};
+  torch::nn::BatchNorm2d bn1{nullptr};
+  torch::nn::Sequential layer1{nullptr}, layer2{nullptr}, layer3{nullptr}, layer4{nullptr};
+  torch::nn::Linear fc{nullptr};
+};
+TORCH_MODULE(ResNet);
+
+// "resnet50" -> 50; throws UserError naming the allowed architectures otherwise.
+int resnet_depth_from_name(const std::string& arch);
+
+}  // namespace trainer

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Configures and builds the project (Release, Ninja, ccache) into $BUILD_DIR (default: build/).
+# LibTorch comes from the cache's `torch` wheel unless CMAKE_PREFIX_PATH names another.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+python=$("$root/scripts/setup.sh" | tail -n 1)
+build_dir=${BUILD_DIR:-$root/build}
+torch_prefix=$("$python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
+export CCACHE_DIR=${CCACHE_DIR:-${TRAINER_CACHE:-$HOME/.cache/resnet-trainer}/ccache}
+
+set -x
+cmake -S "$root" -B "$build_dir" -G Ninja \
+  -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" \
+  -DCMAKE_PREFIX_PATH="${CMAKE_PREFIX_PATH:-$torch_prefix}" \
+  -DPYTHON_EXECUTABLE="$python"
+cmake --build "$build_dir" -j "${BUILD_JOBS:-$(nproc)}"

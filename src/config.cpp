@@ -1,0 +1,204 @@
+#include "src/config.h"
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <iostream>
+#include <sstream>
+
+#include "src/check.h"
+
+namespace trainer {
+namespace {
+
+const std::vector<std::string> kArchs = {"resnet18", "resnet34", "resnet50", "resnet101",
+                                         "resnet152"};
+const std::vector<std::string> kDevices = {"auto", "cuda", "cpu"};
+const std::vector<std::string> kPrecisions = {"fp32", "fp16", "bf16"};
+const std::vector<std::string> kDataSources = {"synthetic", "generated"};
+const std::vector<std::string> kOptimizers = {"sgd", "lars"};
+const std::vector<std::string> kSchedules = {"cosine", "step", "poly"};
+
+// Binds every key of `c` to an option whose default is its current value, grouped for --help.
+void add_options(CLI::App& app, Config& c) {
+  auto add = [&](const char* group, const char* key, auto& field, const char* help) {
+    app.add_option(std::string("--") + key, field, help)->capture_default_str()->group(group);
+  };
+  add("Output", "output_dir", c.output_dir, "checkpoints, metrics.jsonl and config.toml");
+  add("Model", "arch", c.arch, "resnet18 | resnet34 | resnet50 | resnet101 | resnet152");
+  add("Model", "num_classes", c.num_classes, "classifier width");
+  add("Model", "zero_init_residual", c.zero_init_residual, "zero each block's last BN gamma");
+  add("Device", "device", c.device, "auto | cuda | cpu");
+  add("Device", "precision", c.precision, "fp32 | fp16 (loss scaling) | bf16");
+  add("Device", "channels_last", c.channels_last, "NHWC activations on the GPU");
+  add("Device", "cudnn_benchmark", c.cudnn_benchmark, "cuDNN algorithm autotuning");
+  add("Data", "data_source", c.data_source, "synthetic | generated");
+  add("Data", "batch_size", c.batch_size, "images per GPU and step");
+  add("Data", "image_size", c.image_size, "crop size in pixels");
+  add("Data", "synthetic_batches_per_epoch", c.synthetic_batches_per_epoch, "synthetic epoch");
+  add("Data", "generated_classes", c.generated_classes, "generated source: classes");
+  add("Data", "generated_train_images", c.generated_train_images, "generated: training images");
+  add("Data", "generated_val_images", c.generated_val_images, "generated: held-out images");
+  add("Training", "epochs", c.epochs, "training epochs");
+  add("Training", "max_steps", c.max_steps, "stop after this many steps; 0: all epochs");
+  add("Training", "seed", c.seed, "initialisation and shuffling seed");
+  add("Training", "label_smoothing", c.label_smoothing, "in [0, 1)");
+  add("Optimizer", "optimizer", c.optimizer, "sgd | lars");
+  add("Optimizer", "base_lr", c.base_lr, "LR per 256 images (linear scaling rule)");
+  add("Optimizer", "momentum", c.momentum, "in [0, 1)");
+  add("Optimizer", "nesterov", c.nesterov, "Nesterov momentum");
+  add("Optimizer", "weight_decay", c.weight_decay, ">= 0");
+  add("Optimizer", "decay_bn_and_bias", c.decay_bn_and_bias, "decay (and LARS-scale) BN/bias");
+  add("Optimizer", "lars_eta", c.lars_eta, "LARS trust coefficient");
+  add("Schedule", "lr_schedule", c.lr_schedule, "cosine | step | poly");
+  add("Schedule", "warmup_epochs", c.warmup_epochs, "linear warmup length, < epochs");
+  add("Schedule", "lr_step_epochs", c.lr_step_epochs, "step: increasing epochs < epochs");
+  add("Schedule", "lr_step_gamma", c.lr_step_gamma, "step: LR multiplier in (0, 1)");
+  add("Schedule", "lr_poly_power", c.lr_poly_power, "poly: power > 0");
+  add("Loss scaling", "loss_scale_init", c.loss_scale_init, "fp16: initial loss scale");
+  add("Loss scaling", "loss_scale_growth_interval", c.loss_scale_growth_interval,
+      "fp16: clean steps before the scale doubles");
+  add("Checkpoints", "eval_every_epochs", c.eval_every_epochs, "0: only at the end");
+  add("Checkpoints", "checkpoint_every_steps", c.checkpoint_every_steps, "0: every epoch end");
+  add("Checkpoints", "keep_checkpoints", c.keep_checkpoints, "newest K kept");
+  add("Checkpoints", "resume", c.resume, "auto | none | checkpoint path");
+  add("Checkpoints", "log_every_steps", c.log_every_steps, "log and metrics interval");
+  add("Benchmark", "benchmark", c.benchmark, "synthetic-data throughput run");
+  add("Benchmark", "benchmark_warmup_steps", c.benchmark_warmup_steps, "untimed steps");
+  add("Benchmark", "benchmark_steps", c.benchmark_steps, "timed steps");
+}
+
+std::string join(const std::vector<std::string>& values) {
+  std::string out;
+  for (const auto& v : values) out += (out.empty() ? "" : ", ") + v;
+  return out;
+}
+
+void check_member(const std::string& key, const std::string& value,
+                  const std::vector<std::string>& allowed) {
+  for (const auto& a : allowed)
+    if (value == a) return;
+  throw UserError("config key '" + key + "' = '" + value +
+                  "' is not allowed; use one of: " + join(allowed));
+}
+
+// Throws "config key 'KEY' = VALUE: RULE" unless `ok`.
+template <typename T>
+void check(bool ok, const std::string& key, const T& value, const std::string& rule) {
+  if (ok) return;
+  std::ostringstream out;
+  out << "config key '" << key << "' = " << value << " is invalid: " << rule;
+  throw UserError(out.str());
+}
+
+}  // namespace
+
+void validate_config(const Config& c) {
+  check_member("arch", c.arch, kArchs);
+  check_member("device", c.device, kDevices);
+  check_member("precision", c.precision, kPrecisions);
+  check_member("data_source", c.data_source, kDataSources);
+  check_member("optimizer", c.optimizer, kOptimizers);
+  check_member("lr_schedule", c.lr_schedule, kSchedules);
+  check(c.num_classes > 0, "num_classes", c.num_classes, "must be > 0");
+  check(c.batch_size > 0, "batch_size", c.batch_size, "must be > 0 (images per GPU)");
+  check(c.image_size >= 32, "image_size", c.image_size, "must be >= 32 (ResNet downsamples 32x)");
+  check(c.synthetic_batches_per_epoch > 0, "synthetic_batches_per_epoch",
+        c.synthetic_batches_per_epoch, "must be > 0");
+  if (c.data_source == "generated") {
+    check(c.generated_classes >= 2 && c.generated_classes <= c.num_classes, "generated_classes",
+          c.generated_classes, "must be in [2, num_classes]");
+    check(c.generated_train_images >= c.global_batch(), "generated_train_images",
+          c.generated_train_images, "must hold at least one global batch (batch_size x ranks)");
+    check(c.generated_val_images > 0, "generated_val_images", c.generated_val_images,
+          "must be > 0");
+  }
+  check(c.epochs > 0, "epochs", c.epochs, "must be > 0");
+  check(c.max_steps >= 0, "max_steps", c.max_steps, "must be >= 0 (0: run all epochs)");
+  check(c.label_smoothing >= 0 && c.label_smoothing < 1, "label_smoothing", c.label_smoothing,
+        "must be in [0, 1)");
+  check(c.base_lr > 0 && std::isfinite(c.base_lr), "base_lr", c.base_lr, "must be > 0");
+  check(c.momentum >= 0 && c.momentum < 1, "momentum", c.momentum, "must be in [0, 1)");
+  check(!c.nesterov || c.momentum > 0, "nesterov", c.nesterov, "needs momentum > 0");
+  check(c.weight_decay >= 0, "weight_decay", c.weight_decay, "must be >= 0");
+  check(c.lars_eta > 0, "lars_eta", c.lars_eta, "must be > 0");
+  check(c.warmup_epochs >= 0 && c.warmup_epochs < c.epochs, "warmup_epochs", c.warmup_epochs,
+        "must be >= 0 and shorter than training (epochs = " + std::to_string(c.epochs) + ")");
+  if (c.lr_schedule == "step") {
+    check(!c.lr_step_epochs.empty(), "lr_step_epochs", "[]", "step schedule needs epochs");
+    for (size_t i = 0; i < c.lr_step_epochs.size(); ++i)
+      check(c.lr_step_epochs[i] > 0 && c.lr_step_epochs[i] < c.epochs &&
+                (i == 0 || c.lr_step_epochs[i] > c.lr_step_epochs[i - 1]),
+            "lr_step_epochs", c.lr_step_epochs[i], "must be increasing, each in (0, epochs)");
+    check(c.lr_step_gamma > 0 && c.lr_step_gamma < 1, "lr_step_gamma", c.lr_step_gamma,
+          "must be in (0, 1)");
+  }
+  check(c.lr_poly_power > 0, "lr_poly_power", c.lr_poly_power, "must be > 0");
+  check(c.loss_scale_init >= 1, "loss_scale_init", c.loss_scale_init, "must be >= 1");
+  check(c.loss_scale_growth_interval > 0, "loss_scale_growth_interval",
+        c.loss_scale_growth_interval, "must be > 0");
+  check(c.eval_every_epochs >= 0, "eval_every_epochs", c.eval_every_epochs, "must be >= 0");
+  check(c.checkpoint_every_steps >= 0, "checkpoint_every_steps", c.checkpoint_every_steps,
+        "must be >= 0");
+  check(c.keep_checkpoints >= 1, "keep_checkpoints", c.keep_checkpoints, "must be >= 1");
+  check(!c.resume.empty(), "resume", "''", "use auto, none or a checkpoint path");
+  check(c.log_every_steps > 0, "log_every_steps", c.log_every_steps, "must be > 0");
+  check(!c.output_dir.empty(), "output_dir", "''", "must name a directory");
+  check(c.benchmark_warmup_steps >= 0, "benchmark_warmup_steps", c.benchmark_warmup_steps,
+        "must be >= 0");
+  check(c.benchmark_steps > 0, "benchmark_steps", c.benchmark_steps, "must be > 0");
+  check(!(c.benchmark && c.data_source != "synthetic"), "benchmark", c.benchmark,
+        "needs data_source = synthetic");
+}
+
+std::optional<Config> parse_config(int argc, const char* const argv[]) {
+  Config config;
+  CLI::App app{
+      "Trains ResNet on one GPU, the CPU, or many GPUs under mpirun.\n"
+      "Every key can be set in the --config file (key = value) and overridden as --key."};
+  app.set_config("--config", "", "TOML file of `key = value` lines");
+  app.allow_config_extras(CLI::config_extras_mode::error);
+  add_options(app, config);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return std::nullopt;
+  } catch (const CLI::ParseError& e) {
+    throw UserError(std::string(e.what()) + ". Run `train --help` for every key and its values.");
+  }
+  validate_config(config);
+  return config;
+}
+
+// TOML value of one option from its default string (the resolved value, see config_to_toml).
+std::string toml_value(const CLI::Option& option) {
+  const std::string value = option.get_default_str();
+  const std::string type = option.get_type_name();
+  if (option.get_items_expected_max() > 1) {  // a list: "30 60 80" -> [30, 60, 80]
+    std::istringstream items(value);
+    std::string item, out;
+    while (items >> item) out += (out.empty() ? "" : ", ") + item;
+    return "[" + out + "]";
+  }
+  if (type == "BOOLEAN") return value == "1" || value == "true" ? "true" : "false";
+  if (type == "TEXT") return "\"" + value + "\"";
+  return value;
+}
+
+std::string config_to_toml(const Config& config) {
+  Config copy = config;
+  CLI::App app;
+  add_options(app, copy);  // each option's default string is the resolved value
+  std::string out, group;
+  for (const CLI::Option* option : app.get_options()) {
+    if (option->get_name() == "--help") continue;
+    if (option->get_group() != group) {
+      group = option->get_group();
+      out += (out.empty() ? "# " : "\n# ") + group + "\n";
+    }
+    out += option->get_name().substr(2) + " = " + toml_value(*option) + "\n";
+  }
+  return out;
+}
+
+}  // namespace trainer

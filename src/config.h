@@ -1,0 +1,90 @@
+// The one configuration schema of `train`: every key, its default, and the rules that relate keys.
+// Read from a TOML-style file of flat `key = value` lines (--config FILE) and overridden by
+// `--key value` on the command line; validated once in validate_config, then passed down as const&.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace trainer {
+
+struct Config {
+  // Output: checkpoints, metrics.jsonl and the resolved config.toml go here.
+  std::string output_dir = "runs/resnet50";
+
+  // Model.
+  std::string arch = "resnet50";   // resnet18|34|50|101|152
+  int64_t num_classes = 1000;      // width of the classifier
+  bool zero_init_residual = true;  // zero each block's last BN gamma at initialisation
+
+  // Device and precision.
+  std::string device = "auto";     // auto (the local rank's GPU if any, else CPU) | cuda | cpu
+  std::string precision = "fp32";  // fp32 | fp16 (dynamic loss scaling) | bf16
+  bool channels_last = true;       // NHWC activations on the GPU (ignored on the CPU)
+  bool cudnn_benchmark = true;     // let cuDNN time its algorithms on the first steps
+
+  // Data.
+  std::string data_source = "synthetic";  // synthetic (fixed random batch) | generated (in memory)
+  int64_t batch_size = 256;               // images per GPU (per process) and step
+  int64_t image_size = 224;               // training and evaluation crop, pixels
+  int64_t synthetic_batches_per_epoch = 100;
+  int64_t generated_classes = 10;         // generated source: classes (<= num_classes)
+  int64_t generated_train_images = 2000;  // generated source: training images
+  int64_t generated_val_images = 500;     // generated source: held-out images
+
+  // Training length and loss.
+  int64_t epochs = 90;
+  int64_t max_steps = 0;  // stop after this many steps in total; 0: run all epochs
+  uint64_t seed = 42;
+  double label_smoothing = 0.1;
+
+  // Optimizer.
+  std::string optimizer = "sgd";  // sgd | lars
+  double base_lr = 0.1;           // learning rate per 256 images; scaled by global batch / 256
+  double momentum = 0.9;
+  bool nesterov = false;
+  double weight_decay = 1e-4;
+  bool decay_bn_and_bias = false;  // false: no weight decay (nor LARS scaling) on BN and biases
+  double lars_eta = 0.001;         // LARS trust coefficient
+
+  // Learning-rate schedule: linear warmup, then decay.
+  std::string lr_schedule = "cosine";  // cosine | step | poly
+  double warmup_epochs = 5;
+  std::vector<int64_t> lr_step_epochs = {30, 60, 80};  // step: epochs where the LR is multiplied
+  double lr_step_gamma = 0.1;                          // step: the multiplier
+  double lr_poly_power = 2.0;                          // poly: (1 - progress)^power
+
+  // Dynamic loss scaling (fp16 only).
+  double loss_scale_init = 65536.0;
+  int64_t loss_scale_growth_interval = 2000;  // clean steps before the scale doubles
+
+  // Evaluation, checkpoints and logs.
+  int64_t eval_every_epochs = 1;       // also evaluated at the end; 0: only at the end
+  int64_t checkpoint_every_steps = 0;  // 0: at the end of each epoch only
+  int64_t keep_checkpoints = 3;        // newest K kept
+  std::string resume = "auto";         // auto (newest in output_dir) | none | a checkpoint path
+  int64_t log_every_steps = 50;
+
+  // Benchmark mode: synthetic data, images/s and step-time percentiles after warm-up.
+  bool benchmark = false;
+  int64_t benchmark_warmup_steps = 20;
+  int64_t benchmark_steps = 100;
+
+  // Derived in validate_config, not settable.
+  int world_size = 1;
+  int64_t global_batch() const { return batch_size * world_size; }
+};
+
+// Parses `train [--config FILE] [--key value ...]` and validates the result. Returns nullopt after
+// printing --help. Throws UserError naming the key, its value and the allowed values.
+std::optional<Config> parse_config(int argc, const char* const argv[]);
+
+// Checks every value and every relation between values; throws UserError on the first violation.
+void validate_config(const Config& config);
+
+// The resolved configuration, every key, in the file format --config reads.
+std::string config_to_toml(const Config& config);
+
+}  // namespace trainer

@@ -1,0 +1,49 @@
+#include "src/device.h"
+
+#include <ATen/Parallel.h>
+#include <cuda_runtime_api.h>
+#include <torch/cuda.h>
+
+#include <cstdio>
+
+#include "src/check.h"
+
+namespace trainer {
+
+c10::Device select_device(const std::string& setting, int local_rank) {
+  if (setting == "cpu") return c10::Device(c10::kCPU);
+  const int gpus = static_cast<int>(torch::cuda::device_count());
+  if (setting == "auto" && gpus == 0) return c10::Device(c10::kCPU);
+  USER_CHECK(gpus > 0, "device = cuda but no CUDA device is visible to this process. Fix: run on ",
+             "a GPU node (Kubernetes: request nvidia.com/gpu; Docker: --gpus), check ",
+             "CUDA_VISIBLE_DEVICES and nvidia-smi, or set device = cpu");
+  USER_CHECK(local_rank < gpus, "local rank ", local_rank, " has no GPU: only ", gpus,
+             " visible on this node. Fix: start at most ", gpus,
+             " processes per node (mpirun --map-by slot with slots = GPUs per node)");
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+}
+
+void check_precision_supported(const std::string& precision, c10::Device device) {
+  if (device.is_cpu()) {
+    USER_CHECK(precision != "fp16", "precision = fp16 needs a GPU; this run is on the CPU. Fix: ",
+               "precision = fp32 (or bf16) on the CPU, or device = cuda on a GPU node");
+    return;
+  }
+  if (precision != "bf16") return;
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device.index()));
+  USER_CHECK(prop.major >= 8, "precision = bf16 needs an Ampere or newer GPU; ", prop.name,
+             " is sm_", prop.major, prop.minor, ". Fix: precision = fp16 (V100, T4)");
+}
+
+std::string describe_device(c10::Device device) {
+  if (device.is_cpu()) return "CPU (" + std::to_string(at::get_num_threads()) + " threads)";
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device.index()));
+  char text[384];
+  std::snprintf(text, sizeof(text), "cuda:%d %s (sm_%d%d, %.1f GiB)", device.index(), prop.name,
+                prop.major, prop.minor, prop.totalGlobalMem / double(1ull << 30));
+  return text;
+}
+
+}  // namespace trainer

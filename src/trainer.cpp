@@ -1,0 +1,127 @@
+#include "src/trainer.h"
+
+#include <ATen/ATen.h>
+#include <torch/utils.h>
+
+#include "data/device_input.h"
+#include "src/autocast.h"
+
+namespace trainer {
+namespace {
+
+std::optional<at::ScalarType> autocast_dtype_for(const std::string& precision) {
+  if (precision == "fp16") return at::kHalf;
+  if (precision == "bf16") return at::kBFloat16;
+  return std::nullopt;
+}
+
+ResNet build_model(const Config& config) {
+  torch::manual_seed(config.seed);  // same initial weights for the same seed, on any device
+  return ResNet(ResNetOptions{resnet_depth_from_name(config.arch), config.num_classes,
+                              config.zero_init_residual});
+}
+
+// Moves 4-D weights to channels_last so cuDNN runs NHWC kernels with no layout conversions.
+void to_channels_last(ResNet& model) {
+  at::NoGradGuard no_grad;
+  for (auto& p : model->parameters())
+    if (p.dim() == 4) p.set_data(p.data().contiguous(c10::MemoryFormat::ChannelsLast));
+}
+
+OptimizerOptions optimizer_options(const Config& c) {
+  return {c.optimizer, c.momentum, c.nesterov, c.weight_decay, c.decay_bn_and_bias, c.lars_eta};
+}
+
+LossScalerOptions scaler_options(const Config& c) {
+  LossScalerOptions options;
+  options.enabled = c.precision == "fp16";
+  options.init_scale = c.loss_scale_init;
+  options.growth_interval = c.loss_scale_growth_interval;
+  return options;
+}
+
+}  // namespace
+
+Trainer::Trainer(const Config& config, c10::Device device)
+    : config_(config),
+      device_(device),
+      autocast_dtype_(autocast_dtype_for(config.precision)),
+      input_dtype_(autocast_dtype_.value_or(at::kFloat)),
+      memory_format_(device.is_cuda() && config.channels_last ? c10::MemoryFormat::ChannelsLast
+                                                              : c10::MemoryFormat::Contiguous),
+      model_(build_model(config)),
+      scaler_(scaler_options(config), device) {
+  model_->to(device);
+  if (memory_format_ == c10::MemoryFormat::ChannelsLast) to_channels_last(model_);
+  optimizer_ =
+      std::make_unique<Optimizer>(model_->named_parameters().pairs(), optimizer_options(config));
+  model_->train();
+}
+
+at::Tensor Trainer::prepare_images(const at::Tensor& images) const {
+  return normalize_images(images.to(device_, /*non_blocking=*/true), input_dtype_, memory_format_);
+}
+
+at::Tensor Trainer::train_step(const Batch& batch, double lr) {
+  at::Tensor images = prepare_images(batch.images);                     // (N, 3, H, W)
+  at::Tensor labels = batch.labels.to(device_, /*non_blocking=*/true);  // (N)
+  at::Tensor loss;
+  {
+    AutocastGuard autocast(device_.type(), autocast_dtype_);
+    at::Tensor logits = model_->forward(images);  // (N, classes)
+    loss = at::cross_entropy_loss(logits.to(at::kFloat), labels, /*weight=*/{}, at::Reduction::Mean,
+                                  /*ignore_index=*/-100, config_.label_smoothing);
+  }
+  scaler_.scale(loss).backward();
+  scaler_.unscale_(optimizer_->grads());
+  optimizer_->step(lr, scaler_.found_inf());
+  scaler_.update();
+  optimizer_->zero_grad();
+  return loss.detach();
+}
+
+EvalResult Trainer::evaluate(BatchSource& source) {
+  at::NoGradGuard no_grad;
+  model_->eval();
+  at::Tensor top1 = at::zeros({}, at::TensorOptions().device(device_).dtype(at::kLong));
+  at::Tensor top5 = top1.clone();
+  int64_t images = 0;
+  source.start_epoch(0);
+  for (int64_t b = 0; b < source.batches_per_epoch(); ++b) {
+    Batch batch = source.next_batch();
+    at::Tensor labels = batch.labels.to(device_, /*non_blocking=*/true).unsqueeze(1);  // (N, 1)
+    at::Tensor logits;
+    {
+      AutocastGuard autocast(device_.type(), autocast_dtype_);
+      logits = model_->forward(prepare_images(batch.images));  // (N, classes)
+    }
+    const int64_t k = std::min<int64_t>(5, logits.size(1));
+    at::Tensor predicted = std::get<1>(logits.topk(k, /*dim=*/1));  // (N, k), best first
+    at::Tensor hits = predicted.eq(labels);                         // (N, k)
+    top1 += hits.select(1, 0).sum();
+    top5 += hits.any(1).sum();
+    images += batch.labels.size(0);
+  }
+  model_->train();
+  return {images, top1.item<int64_t>(), top5.item<int64_t>()};
+}
+
+Checkpoint Trainer::checkpoint(int64_t step, int64_t epoch) const {
+  Checkpoint out;
+  out.model = state_dict(*model_);
+  out.optimizer = optimizer_->state();
+  out.loss_scale = scaler_.scale_value();
+  out.loss_scale_growth_tracker = scaler_.growth_tracker_value();
+  out.step = step;
+  out.epoch = epoch;
+  out.config = config_to_toml(config_);
+  return out;
+}
+
+void Trainer::restore(const Checkpoint& checkpoint) {
+  load_state_dict(*model_, checkpoint.model);
+  optimizer_->load_state(checkpoint.optimizer);
+  scaler_.load(checkpoint.loss_scale, checkpoint.loss_scale_growth_tracker);
+}
+
+}  // namespace trainer

@@ -1,0 +1,136 @@
+// The configuration schema: file + command-line overrides, and every invalid value rejected with
+// a message naming the key.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "src/check.h"
+#include "src/config.h"
+
+namespace trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::optional<Config> parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "train");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  return parse_config(static_cast<int>(argv.size()), argv.data());
+}
+
+fs::path write_file(const std::string& name, const std::string& text) {
+  fs::path path = fs::temp_directory_path() / ("trainer_config_test_" + name);
+  std::ofstream(path) << text;
+  return path;
+}
+
+// The UserError message of parsing `args`, or "" if it parsed.
+std::string error_of(const std::vector<std::string>& args) {
+  try {
+    parse(args);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Config, DefaultsAreValid) {
+  auto config = parse({});
+  ASSERT_TRUE(config.has_value());
+  EXPECT_EQ(config->arch, "resnet50");
+  EXPECT_EQ(config->batch_size, 256);
+}
+
+TEST(Config, FileValuesAndCommandLineOverrides) {
+  auto path = write_file("a.toml",
+                         "# comment\narch = \"resnet18\"\nbatch_size = 8\n"
+                         "lr_step_epochs = [2, 4]\nnesterov = true\n");
+  auto config = parse({"--config", path.string(), "--batch_size", "16"});
+  EXPECT_EQ(config->arch, "resnet18");
+  EXPECT_EQ(config->batch_size, 16);  // the command line wins
+  EXPECT_EQ(config->lr_step_epochs, (std::vector<int64_t>{2, 4}));
+  EXPECT_TRUE(config->nesterov);
+}
+
+TEST(Config, ResolvedTomlReadsBackToTheSameConfig) {
+  auto config = parse({"--arch", "resnet34", "--base_lr", "0.3", "--precision", "bf16",
+                       "--lr_step_epochs", "10", "20", "--nesterov", "true"});
+  auto path = write_file("resolved.toml", config_to_toml(*config));
+  auto again = parse({"--config", path.string()});
+  EXPECT_EQ(config_to_toml(*again), config_to_toml(*config));
+  EXPECT_EQ(again->arch, "resnet34");
+  EXPECT_DOUBLE_EQ(again->base_lr, 0.3);
+  EXPECT_EQ(again->lr_step_epochs, (std::vector<int64_t>{10, 20}));
+}
+
+TEST(Config, HelpReturnsNothing) { EXPECT_FALSE(parse({"--help"}).has_value()); }
+
+TEST(Config, UnknownKeysAreRejected) {
+  auto path = write_file("unknown.toml", "batch_sise = 8\n");
+  EXPECT_NE(error_of({"--config", path.string()}).find("batch_sise"), std::string::npos);
+  EXPECT_NE(error_of({"--learning_rate", "0.1"}).find("learning_rate"), std::string::npos);
+}
+
+TEST(Config, MissingConfigFileIsNamed) {
+  EXPECT_NE(error_of({"--config", "/nonexistent/x.toml"}).find("/nonexistent/x.toml"),
+            std::string::npos);
+}
+
+TEST(Config, NonNumericValueIsRejected) {
+  EXPECT_NE(error_of({"--batch_size", "many"}).find("batch_size"), std::string::npos);
+}
+
+struct BadValue {
+  std::vector<std::string> args;
+  std::string key;  // must appear in the message
+};
+
+class ConfigRejects : public ::testing::TestWithParam<BadValue> {};
+
+TEST_P(ConfigRejects, NamingTheKey) {
+  const std::string message = error_of(GetParam().args);
+  ASSERT_FALSE(message.empty()) << "accepted: " << GetParam().args[0];
+  EXPECT_NE(message.find(GetParam().key), std::string::npos) << message;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    BadValues, ConfigRejects,
+    ::testing::Values(
+        BadValue{{"--batch_size", "0"}, "batch_size"},
+        BadValue{{"--batch_size", "-4"}, "batch_size"}, BadValue{{"--base_lr", "-0.1"}, "base_lr"},
+        BadValue{{"--base_lr", "0"}, "base_lr"}, BadValue{{"--precision", "fp8"}, "precision"},
+        BadValue{{"--device", "tpu"}, "device"}, BadValue{{"--arch", "resnet51"}, "arch"},
+        BadValue{{"--optimizer", "adam"}, "optimizer"},
+        BadValue{{"--lr_schedule", "linear"}, "lr_schedule"},
+        BadValue{{"--data_source", "s3"}, "data_source"},
+        BadValue{{"--epochs", "10", "--warmup_epochs", "12"}, "warmup_epochs"},
+        BadValue{{"--epochs", "10", "--warmup_epochs", "10"}, "warmup_epochs"},
+        BadValue{{"--epochs", "0"}, "epochs"}, BadValue{{"--momentum", "1.0"}, "momentum"},
+        BadValue{{"--momentum", "0", "--nesterov", "true"}, "nesterov"},
+        BadValue{{"--weight_decay", "-1e-4"}, "weight_decay"},
+        BadValue{{"--label_smoothing", "1"}, "label_smoothing"},
+        BadValue{{"--image_size", "16"}, "image_size"},
+        BadValue{{"--num_classes", "0"}, "num_classes"},
+        BadValue{{"--lr_schedule", "step", "--epochs", "10", "--lr_step_epochs", "5", "3"},
+                 "lr_step_epochs"},
+        BadValue{{"--lr_schedule", "step", "--epochs", "10", "--lr_step_epochs", "12"},
+                 "lr_step_epochs"},
+        BadValue{{"--lr_schedule", "step", "--lr_step_gamma", "1.5"}, "lr_step_gamma"},
+        BadValue{{"--keep_checkpoints", "0"}, "keep_checkpoints"},
+        BadValue{{"--log_every_steps", "0"}, "log_every_steps"},
+        BadValue{{"--loss_scale_init", "0.5"}, "loss_scale_init"},
+        BadValue{{"--data_source", "generated", "--generated_classes", "20", "--num_classes", "10"},
+                 "generated_classes"},
+        BadValue{
+            {"--data_source", "generated", "--batch_size", "64", "--generated_train_images", "32"},
+            "generated_train_images"},
+        BadValue{{"--benchmark", "true", "--data_source", "generated", "--num_classes", "10"},
+                 "benchmark"},
+        BadValue{{"--max_steps", "-1"}, "max_steps"}));
+
+}  // namespace
+}  // namespace trainer
