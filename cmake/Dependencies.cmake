@@ -27,7 +27,7 @@ set(_torch_site "${Torch_DIR}/../../../..")
 find_path(NCCL_INCLUDE_DIR nccl.h
   HINTS "${_torch_site}/nvidia/nccl/include" ${CUDAToolkit_INCLUDE_DIRS} ENV NCCL_HOME
   PATH_SUFFIXES include)
-find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2
+find_library(NCCL_LIBRARY NAMES libnccl.so.2 nccl NAMES_PER_DIR
   HINTS "${_torch_site}/nvidia/nccl/lib" ${CUDAToolkit_LIBRARY_DIR} ENV NCCL_HOME
   PATH_SUFFIXES lib lib64)
 if(NOT NCCL_INCLUDE_DIR OR NOT NCCL_LIBRARY)

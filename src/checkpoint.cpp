@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "src/check.h"
+#include "src/torch_pickle.h"
 
 namespace trainer {
 namespace fs = std::filesystem;
@@ -117,7 +118,7 @@ void save_checkpoint(const Checkpoint& checkpoint, const fs::path& path) {
   dict.insert("step", checkpoint.step);
   dict.insert("epoch", checkpoint.epoch);
   dict.insert("config", checkpoint.config);
-  const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(dict));
+  const std::vector<char> bytes = pickle_for_python(c10::IValue(dict));
 
   fs::create_directories(path.parent_path());
   const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());

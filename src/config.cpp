@@ -4,6 +4,7 @@
 #include <cmath>
 #include <iostream>
 #include <sstream>
+#include <type_traits>
 
 #include "src/check.h"
 
@@ -21,7 +22,11 @@ const std::vector<std::string> kSchedules = {"cosine", "step", "poly"};
 // Binds every key of `c` to an option whose default is its current value, grouped for --help.
 void add_options(CLI::App& app, Config& c) {
   auto add = [&](const char* group, const char* key, auto& field, const char* help) {
-    app.add_option(std::string("--") + key, field, help)->capture_default_str()->group(group);
+    CLI::Option* option = app.add_option(std::string("--") + key, field, help);
+    option->capture_default_str()->group(group);
+    // A key given twice (file, then command line; or twice on the command line): the last wins.
+    if constexpr (!std::is_same_v<std::decay_t<decltype(field)>, std::vector<int64_t>>)
+      option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   };
   add("Output", "output_dir", c.output_dir, "checkpoints, metrics.jsonl and config.toml");
   add("Model", "arch", c.arch, "resnet18 | resnet34 | resnet50 | resnet101 | resnet152");

@@ -25,7 +25,10 @@ namespace {
 namespace fs = std::filesystem;
 
 void write_resolved_config(const Config& config) {
-  fs::create_directories(config.output_dir);
+  std::error_code error;
+  fs::create_directories(config.output_dir, error);
+  USER_CHECK(!error, "cannot create output_dir '", config.output_dir, "': ", error.message(),
+             ". Fix: point output_dir at a writable volume");
   const fs::path path = fs::path(config.output_dir) / "config.toml";
   std::ofstream out(path);
   USER_CHECK(out, "cannot write ", path, ". Fix: make output_dir writable");

@@ -54,6 +54,7 @@ TEST(Config, FileValuesAndCommandLineOverrides) {
   EXPECT_EQ(config->batch_size, 16);  // the command line wins
   EXPECT_EQ(config->lr_step_epochs, (std::vector<int64_t>{2, 4}));
   EXPECT_TRUE(config->nesterov);
+  EXPECT_EQ(parse({"--batch_size", "8", "--batch_size", "4"})->batch_size, 4);  // last one wins
 }
 
 TEST(Config, ResolvedTomlReadsBackToTheSameConfig) {
@@ -65,6 +66,16 @@ TEST(Config, ResolvedTomlReadsBackToTheSameConfig) {
   EXPECT_EQ(again->arch, "resnet34");
   EXPECT_DOUBLE_EQ(again->base_lr, 0.3);
   EXPECT_EQ(again->lr_step_epochs, (std::vector<int64_t>{10, 20}));
+}
+
+TEST(Config, ShippedConfigsAreValid) {
+  int checked = 0;
+  for (const auto& entry : fs::directory_iterator(TRAINER_CONFIG_DIR)) {
+    if (entry.path().extension() != ".toml") continue;
+    EXPECT_NO_THROW(parse({"--config", entry.path().string()})) << entry.path();
+    ++checked;
+  }
+  EXPECT_GE(checked, 5);
 }
 
 TEST(Config, HelpReturnsNothing) { EXPECT_FALSE(parse({"--help"}).has_value()); }

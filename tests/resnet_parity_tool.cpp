@@ -1,0 +1,75 @@
+// Test helper for tests/test_torchvision_parity.py: moves weights and logits between this
+// project's ResNet and Python, through files that torch.load / torch.save read and write.
+//   resnet_parity_tool export  ARCH CLASSES OUT  -> {"model": state_dict, "input", "logits"}
+//   resnet_parity_tool forward ARCH CLASSES IN OUT: IN = {"model", "input"} -> {"logits"}
+// Logits are computed in eval mode (BN running statistics), fp32, on the CPU.
+#include <ATen/core/Dict.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/torch.h>
+
+#include <fstream>
+#include <iostream>
+#include <iterator>
+
+#include "models/resnet.h"
+#include "src/checkpoint.h"
+#include "src/torch_pickle.h"
+
+using namespace trainer;
+
+namespace {
+
+void write(const std::string& path, const c10::Dict<std::string, at::Tensor>& dict) {
+  std::vector<char> bytes = pickle_for_python(c10::IValue(dict));
+  std::ofstream(path, std::ios::binary).write(bytes.data(), bytes.size());
+}
+
+c10::impl::GenericDict read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return torch::jit::pickle_load(bytes).toGenericDict();
+}
+
+at::Tensor eval_logits(ResNet& model, const at::Tensor& input) {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  return model->forward(input);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 5) {
+    std::cerr << "usage: resnet_parity_tool export|forward ARCH CLASSES [IN] OUT\n";
+    return 2;
+  }
+  const std::string mode = argv[1];
+  torch::manual_seed(0);
+  ResNet model(ResNetOptions{resnet_depth_from_name(argv[2]), std::stoll(argv[3]), false});
+  if (mode == "export") {
+    // Non-trivial BN statistics: a few training-mode forwards update the running mean/var.
+    for (int i = 0; i < 3; ++i) model->forward(torch::randn({4, 3, 64, 64}) * 2 + 0.5);
+    at::Tensor input = torch::randn({2, 3, 64, 64});
+    c10::Dict<std::string, at::Tensor> out;
+    for (const auto& [name, tensor] : state_dict(*model)) out.insert(name, tensor);
+    write(argv[4], out);
+    c10::Dict<std::string, at::Tensor> io;
+    io.insert("input", input);
+    io.insert("logits", eval_logits(model, input));
+    write(std::string(argv[4]) + ".io", io);
+    return 0;
+  }
+  if (mode == "forward" && argc == 6) {
+    auto in = read(argv[4]);
+    TensorMap weights;
+    for (const auto& entry : in.at("model").toGenericDict())
+      weights[entry.key().toStringRef()] = entry.value().toTensor();
+    load_state_dict(*model, weights);
+    c10::Dict<std::string, at::Tensor> out;
+    out.insert("logits", eval_logits(model, in.at("input").toTensor()));
+    write(argv[5], out);
+    return 0;
+  }
+  std::cerr << "unknown mode " << mode << "\n";
+  return 2;
+}

@@ -1,0 +1,117 @@
+"""The `train` binary as a user runs it: --help, clear errors with exit status 2 for bad input,
+a short CPU run's outputs (checkpoint readable by torch.load and torchvision, metrics, resolved
+config), auto-resume, and SIGTERM handling."""
+import json
+import signal
+import subprocess
+import time
+
+import pytest
+import torch
+import torchvision
+
+from conftest import binary, run_train
+
+SMALL = ["--arch", "resnet18", "--num_classes", "4", "--data_source", "generated",
+         "--generated_classes", "4", "--generated_train_images", "64",
+         "--generated_val_images", "16", "--image_size", "32", "--batch_size", "16",
+         "--epochs", "2", "--warmup_epochs", "0", "--log_every_steps", "2", "--device", "cpu"]
+
+
+def output(result):
+    return result.stdout + result.stderr
+
+
+def test_help_lists_keys_with_defaults():
+    result = run_train("--help")
+    assert result.returncode == 0
+    for key in ["--batch_size INT=256", "--precision TEXT=fp32", "--optimizer TEXT=sgd",
+                "--lr_schedule TEXT=cosine", "--resume TEXT=auto", "--benchmark"]:
+        assert key in result.stdout
+
+
+@pytest.mark.parametrize("args,key", [
+    (["--batch_size", "0"], "batch_size"),
+    (["--precision", "fp8"], "precision"),
+    (["--base_lr", "-1"], "base_lr"),
+    (["--epochs", "5", "--warmup_epochs", "6"], "warmup_epochs"),
+    (["--no_such_key", "1"], "no_such_key"),
+])
+def test_bad_values_exit_2_naming_the_key(args, key):
+    result = run_train(*args)
+    assert result.returncode == 2, output(result)
+    assert key in output(result)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")
+def test_missing_gpu_is_a_clear_error(tmp_path):
+    result = run_train(*SMALL, "--device", "cuda", "--output_dir", tmp_path)
+    assert result.returncode == 2
+    assert "no CUDA device is visible" in output(result)
+
+
+def test_fp16_on_cpu_is_rejected(tmp_path):
+    result = run_train(*SMALL, "--precision", "fp16", "--output_dir", tmp_path)
+    assert result.returncode == 2
+    assert "fp16 needs a GPU" in output(result)
+
+
+def test_unwritable_output_dir_is_a_clear_error():
+    result = run_train(*SMALL, "--output_dir", "/proc/no/such/dir")
+    assert result.returncode == 2
+    assert "output_dir" in output(result)
+
+
+def test_run_writes_checkpoint_metrics_and_config(tmp_path):
+    result = run_train(*SMALL, "--output_dir", tmp_path)
+    assert result.returncode == 0, output(result)
+    assert "final: top-1" in output(result)
+
+    checkpoints = sorted((tmp_path / "checkpoints").glob("checkpoint-*.pt"))
+    assert [c.name for c in checkpoints] == ["checkpoint-000000004.pt", "checkpoint-000000008.pt"]
+    ckpt = torch.load(checkpoints[-1])  # PyTorch's default: weights_only=True
+    assert ckpt["step"] == 8 and ckpt["epoch"] == 2
+    assert 'arch = "resnet18"' in ckpt["config"]
+    assert set(ckpt["optimizer"]) == {f"momentum_buffer.{n}" for n in ckpt["model"] if
+                                      not n.endswith(("running_mean", "running_var",
+                                                      "num_batches_tracked"))}
+    net = torchvision.models.resnet18(num_classes=4)
+    net.load_state_dict(ckpt["model"], strict=True)
+
+    events = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    train = [e for e in events if e["event"] == "train"]
+    assert [e["step"] for e in train] == [2, 4, 6, 8]
+    assert all(e["loss"] > 0 and e["images_per_s"] > 0 for e in train)
+    assert [e["epoch"] for e in events if e["event"] == "eval"] == [1, 2]
+
+    # The resolved configuration is a valid config file that reproduces the run's settings.
+    again = run_train("--config", tmp_path / "config.toml", "--output_dir", tmp_path / "again",
+                      "--max_steps", "1")
+    assert again.returncode == 0, output(again)
+
+
+def test_auto_resume_continues_from_the_newest_checkpoint(tmp_path):
+    first = run_train(*SMALL, "--output_dir", tmp_path, "--max_steps", "3",
+                      "--checkpoint_every_steps", "3")
+    assert first.returncode == 0, output(first)
+    second = run_train(*SMALL, "--output_dir", tmp_path)
+    assert second.returncode == 0, output(second)
+    assert "resumed from" in output(second) and "at step 3" in output(second)
+    steps = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text()
+             .splitlines() if '"train"' in line]
+    assert steps == [2, 3, 4, 6, 8]
+
+
+def test_sigterm_writes_a_checkpoint_and_stops(tmp_path):
+    proc = subprocess.Popen([binary("train"), *SMALL, "--epochs", "200", "--output_dir",
+                             str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    deadline = time.time() + 300
+    for line in proc.stdout:  # wait until training is under way
+        if "step 2/" in line or time.time() > deadline:
+            break
+    proc.send_signal(signal.SIGTERM)
+    rest, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, rest
+    assert "checkpointing" in rest
+    assert list((tmp_path / "checkpoints").glob("checkpoint-*.pt"))
