@@ -2,10 +2,12 @@
 # LibTorch: the `torch` wheel's TorchConfig.cmake (scripts/build.sh passes its prefix), or any
 # LibTorch given through CMAKE_PREFIX_PATH.
 find_package(CUDAToolkit REQUIRED)
+# Before LibTorch: its CMake config aliases protobuf::libprotobuf to an empty target when the
+# target does not exist yet (LibTorch links its own protobuf statically).
+find_package(Protobuf REQUIRED)
 find_package(Torch REQUIRED)
 find_package(MPI REQUIRED COMPONENTS CXX)
 find_package(OpenCV REQUIRED COMPONENTS core imgproc imgcodecs)
-find_package(Protobuf REQUIRED)
 find_package(CLI11 CONFIG REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(Threads REQUIRED)

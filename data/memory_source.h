@@ -1,6 +1,8 @@
-// Batches drawn from labelled images held in host memory (the generated smoke dataset).
-// Training: reshuffled every epoch from (seed, epoch), last partial batch dropped, so every epoch
-// has the same number of equal batches. Evaluation: every image once, in order, last batch short.
+// Batches drawn from labelled images held in host memory (the generated smoke dataset), sharded
+// over ranks. Training: every epoch a permutation from (seed, epoch), the same on all ranks; rank r
+// takes every world_size-th image from position r, and every rank yields the same number of full
+// batches (the remainder is dropped). Evaluation: rank r takes images r, r + world_size, ... in
+// order, so each image is seen exactly once across ranks; the last batch may be short.
 #pragma once
 
 #include "data/batch_source.h"
@@ -13,6 +15,8 @@ struct MemorySourceOptions {
   bool training = true;     // shuffle and drop the last partial batch
   uint64_t seed = 0;        // shuffle seed, shared by all ranks; the epoch is added
   bool pin_memory = false;  // allocate batches in pinned memory for asynchronous copies to a GPU
+  int rank = 0;             // this process's shard
+  int world_size = 1;       // number of shards
 };
 
 class MemorySource : public BatchSource {

@@ -7,10 +7,13 @@ python=$("$root/scripts/setup.sh" | tail -n 1)
 build_dir=${BUILD_DIR:-$root/build}
 torch_prefix=$("$python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
 export CCACHE_DIR=${CCACHE_DIR:-${TRAINER_CACHE:-$HOME/.cache/resnet-trainer}/ccache}
+# Paths relative to the clone, so every clone of the repository shares the compiler cache.
+export CCACHE_BASEDIR=$root CCACHE_NOHASHDIR=1
 
 set -x
 cmake -S "$root" -B "$build_dir" -G Ninja \
   -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" \
   -DCMAKE_PREFIX_PATH="${CMAKE_PREFIX_PATH:-$torch_prefix}" \
-  -DPYTHON_EXECUTABLE="$python"
+  -DPYTHON_EXECUTABLE="$python" \
+  ${TORCH_CUDA_ARCH_LIST:+-DTORCH_CUDA_ARCH_LIST="$TORCH_CUDA_ARCH_LIST"}
 cmake --build "$build_dir" -j "${BUILD_JOBS:-$(nproc)}"

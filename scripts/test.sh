@@ -8,5 +8,7 @@ export BUILD_DIR=${BUILD_DIR:-$root/build}
 "$root/scripts/build.sh"
 
 set -x
-ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$(nproc)"
+# One test at a time: each already uses every core (LibTorch's intra-op threads), and two
+# OpenMP pools spinning on 2 cores slow each other down many times over.
+ctest --test-dir "$BUILD_DIR" --output-on-failure
 TRAINER_BUILD_DIR="$BUILD_DIR" "$python" -m pytest -q -rs "$root/tests"

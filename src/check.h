@@ -1,11 +1,13 @@
 // Error handling: the three kinds of failure (see STYLE.md).
 // - UserError: bad configuration, input or environment; the message names the offending value,
 //   where it came from and the fix. Thrown with USER_CHECK.
-// - CUDA_CHECK / NCCL_CHECK: library calls, reporting file:line and the library's own message.
+// - CUDA_CHECK / NCCL_CHECK / MPI_CHECK: library calls, reporting file:line and the library's own
+// message.
 // - Internal invariants use TORCH_INTERNAL_ASSERT (a bug in this project, not the user's input).
 #pragma once
 
 #include <cuda_runtime_api.h>
+#include <nccl.h>
 
 #include <sstream>
 #include <stdexcept>
@@ -42,4 +44,13 @@ std::string concat(const Args&... args) {
     if (status_ != cudaSuccess)                                                             \
       throw std::runtime_error(::trainer::detail::concat(                                   \
           __FILE__, ":", __LINE__, ": ", #expr, " failed: ", cudaGetErrorString(status_))); \
+  } while (0)
+
+#define NCCL_CHECK(expr)                                                                           \
+  do {                                                                                             \
+    ncclResult_t status_ = (expr);                                                                 \
+    if (status_ != ncclSuccess)                                                                    \
+      throw std::runtime_error(::trainer::detail::concat(__FILE__, ":", __LINE__, ": ", #expr,     \
+                                                         " failed: ", ncclGetErrorString(status_), \
+                                                         " (", ncclGetLastError(nullptr), ")"));   \
   } while (0)

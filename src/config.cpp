@@ -15,9 +15,12 @@ const std::vector<std::string> kArchs = {"resnet18", "resnet34", "resnet50", "re
                                          "resnet152"};
 const std::vector<std::string> kDevices = {"auto", "cuda", "cpu"};
 const std::vector<std::string> kPrecisions = {"fp32", "fp16", "bf16"};
-const std::vector<std::string> kDataSources = {"synthetic", "generated"};
+const std::vector<std::string> kDataSources = {"synthetic", "generated", "tfrecord"};
+const std::vector<std::string> kBadRecordPolicies = {"skip", "fail"};
 const std::vector<std::string> kOptimizers = {"sgd", "lars"};
 const std::vector<std::string> kSchedules = {"cosine", "step", "poly"};
+const std::vector<std::string> kGradAverage = {"pre", "post"};
+const std::vector<std::string> kCompression = {"none", "fp16", "bf16"};
 
 // Binds every key of `c` to an option whose default is its current value, grouped for --help.
 void add_options(CLI::App& app, Config& c) {
@@ -36,13 +39,25 @@ void add_options(CLI::App& app, Config& c) {
   add("Device", "precision", c.precision, "fp32 | fp16 (loss scaling) | bf16");
   add("Device", "channels_last", c.channels_last, "NHWC activations on the GPU");
   add("Device", "cudnn_benchmark", c.cudnn_benchmark, "cuDNN algorithm autotuning");
-  add("Data", "data_source", c.data_source, "synthetic | generated");
+  add("Data", "data_source", c.data_source, "synthetic | generated | tfrecord");
   add("Data", "batch_size", c.batch_size, "images per GPU and step");
   add("Data", "image_size", c.image_size, "crop size in pixels");
   add("Data", "synthetic_batches_per_epoch", c.synthetic_batches_per_epoch, "synthetic epoch");
   add("Data", "generated_classes", c.generated_classes, "generated source: classes");
   add("Data", "generated_train_images", c.generated_train_images, "generated: training images");
   add("Data", "generated_val_images", c.generated_val_images, "generated: held-out images");
+  // Data: TFRecord input pipeline.
+  add("Data", "train_data", c.train_data, "tfrecord: training files, glob or directory");
+  add("Data", "val_data", c.val_data, "tfrecord: validation files, glob or directory");
+  add("Data", "label_offset", c.label_offset, "tfrecord: subtracted from labels (1; 0 keeps)");
+  add("Data", "bad_record_policy", c.bad_record_policy, "tfrecord: skip | fail");
+  add("Data", "max_bad_fraction", c.max_bad_fraction, "tfrecord: skip at most this fraction");
+  add("Data", "reader_threads", c.reader_threads, "tfrecord: file reader threads per rank");
+  add("Data", "decode_threads", c.decode_threads, "tfrecord: decode threads; 0: cores/ranks");
+  add("Data", "prefetch_batches", c.prefetch_batches, "tfrecord: batches decoded ahead");
+  add("Data", "shuffle_buffer", c.shuffle_buffer, "tfrecord: shuffle buffer, records");
+  add("Data", "index_cache_dir", c.index_cache_dir, "tfrecord: index files for read-only data");
+  add("Data", "val_resize", c.val_resize, "tfrecord: eval shorter side before centre crop");
   add("Training", "epochs", c.epochs, "training epochs");
   add("Training", "max_steps", c.max_steps, "stop after this many steps; 0: all epochs");
   add("Training", "seed", c.seed, "initialisation and shuffling seed");
@@ -62,6 +77,11 @@ void add_options(CLI::App& app, Config& c) {
   add("Loss scaling", "loss_scale_init", c.loss_scale_init, "fp16: initial loss scale");
   add("Loss scaling", "loss_scale_growth_interval", c.loss_scale_growth_interval,
       "fp16: clean steps before the scale doubles");
+  add("Data parallel", "bucket_mb", c.bucket_mb, "gradient bucket size, MB");
+  add("Data parallel", "grad_average", c.grad_average, "pre | post: divide before/after the sum");
+  add("Data parallel", "grad_compression", c.grad_compression, "none | fp16 | bf16 on the wire");
+  add("Data parallel", "collective_timeout_s", c.collective_timeout_s,
+      "end the job when a collective hangs this long");
   add("Checkpoints", "eval_every_epochs", c.eval_every_epochs, "0: only at the end");
   add("Checkpoints", "checkpoint_every_steps", c.checkpoint_every_steps, "0: every epoch end");
   add("Checkpoints", "keep_checkpoints", c.keep_checkpoints, "newest K kept");
@@ -104,6 +124,11 @@ void validate_config(const Config& c) {
   check_member("data_source", c.data_source, kDataSources);
   check_member("optimizer", c.optimizer, kOptimizers);
   check_member("lr_schedule", c.lr_schedule, kSchedules);
+  check_member("grad_average", c.grad_average, kGradAverage);
+  check_member("grad_compression", c.grad_compression, kCompression);
+  check(c.bucket_mb > 0 && c.bucket_mb <= 1024, "bucket_mb", c.bucket_mb, "must be in [1, 1024]");
+  check(c.collective_timeout_s > 0, "collective_timeout_s", c.collective_timeout_s,
+        "must be > 0 seconds");
   check(c.num_classes > 0, "num_classes", c.num_classes, "must be > 0");
   check(c.batch_size > 0, "batch_size", c.batch_size, "must be > 0 (images per GPU)");
   check(c.image_size >= 32, "image_size", c.image_size, "must be >= 32 (ResNet downsamples 32x)");
@@ -116,6 +141,23 @@ void validate_config(const Config& c) {
           c.generated_train_images, "must hold at least one global batch (batch_size x ranks)");
     check(c.generated_val_images > 0, "generated_val_images", c.generated_val_images,
           "must be > 0");
+  }
+  // Data: TFRecord input pipeline.
+  check_member("bad_record_policy", c.bad_record_policy, kBadRecordPolicies);
+  if (c.data_source == "tfrecord") {
+    check(!c.train_data.empty(), "train_data", "''",
+          "data_source = tfrecord needs the training files, e.g. /fsx/imagenet/train-*");
+    check(c.label_offset >= 0, "label_offset", c.label_offset, "must be >= 0");
+    check(c.max_bad_fraction >= 0 && c.max_bad_fraction <= 1, "max_bad_fraction",
+          c.max_bad_fraction, "must be in [0, 1]");
+    check(c.reader_threads >= 1 && c.reader_threads <= 64, "reader_threads", c.reader_threads,
+          "must be in [1, 64]");
+    check(c.decode_threads >= 0 && c.decode_threads <= 1024, "decode_threads", c.decode_threads,
+          "must be in [0, 1024] (0: cores / local ranks)");
+    check(c.prefetch_batches >= 1, "prefetch_batches", c.prefetch_batches, "must be >= 1");
+    check(c.shuffle_buffer >= 0, "shuffle_buffer", c.shuffle_buffer, "must be >= 0");
+    check(c.val_resize >= c.image_size, "val_resize", c.val_resize,
+          "must be >= image_size (the centre crop is taken from the resized image)");
   }
   check(c.epochs > 0, "epochs", c.epochs, "must be > 0");
   check(c.max_steps >= 0, "max_steps", c.max_steps, "must be >= 0 (0: run all epochs)");

@@ -34,6 +34,19 @@ struct Config {
   int64_t generated_train_images = 2000;  // generated source: training images
   int64_t generated_val_images = 500;     // generated source: held-out images
 
+  // Data: TFRecord input pipeline (data_source = "tfrecord"; data/tfrecord_source.h).
+  std::string train_data;    // glob or directory of training TFRecords (train-*)
+  std::string val_data;      // glob or directory of validation TFRecords; "" = none
+  int64_t label_offset = 1;  // subtracted from stored labels: 1..1000 -> 0..999; 0 keeps
+  std::string bad_record_policy = "skip";  // skip (log, count, drop) | fail (stop at the first)
+  double max_bad_fraction = 0.001;         // skip: stop when more of an epoch's records are bad
+  int64_t reader_threads = 2;              // file reader threads per rank
+  int64_t decode_threads = 0;     // decode/augment threads per rank; 0: cores / local ranks
+  int64_t prefetch_batches = 3;   // decoded batches held ready ahead of the trainer
+  int64_t shuffle_buffer = 1024;  // records mixed across read blocks (training)
+  std::string index_cache_dir = "/tmp/resnet-trainer-index";  // index files when data is read-only
+  int64_t val_resize = 256;  // evaluation: shorter side before the centre crop
+
   // Training length and loss.
   int64_t epochs = 90;
   int64_t max_steps = 0;  // stop after this many steps in total; 0: run all epochs
@@ -59,6 +72,12 @@ struct Config {
   // Dynamic loss scaling (fp16 only).
   double loss_scale_init = 65536.0;
   int64_t loss_scale_growth_interval = 2000;  // clean steps before the scale doubles
+
+  // Data parallelism (under mpirun): gradient buckets all-reduced during backward.
+  int64_t bucket_mb = 25;                 // bucket size; DDP uses 25, Horovod fuses up to 64
+  std::string grad_average = "pre";       // pre: divide by ranks before summing (no fp16 overflow)
+  std::string grad_compression = "none";  // none | fp16 | bf16 on the wire (GPU only)
+  int64_t collective_timeout_s = 300;     // a collective unfinished after this ends the job
 
   // Evaluation, checkpoints and logs.
   int64_t eval_every_epochs = 1;       // also evaluated at the end; 0: only at the end

@@ -1,6 +1,7 @@
 #include "src/device.h"
 
 #include <ATen/Parallel.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <cuda_runtime_api.h>
 #include <torch/cuda.h>
 
@@ -20,6 +21,9 @@ c10::Device select_device(const std::string& setting, int local_rank) {
   USER_CHECK(local_rank < gpus, "local rank ", local_rank, " has no GPU: only ", gpus,
              " visible on this node. Fix: start at most ", gpus,
              " processes per node (mpirun --map-by slot with slots = GPUs per node)");
+  // The current device of this thread, too: CUDA events, streams and NCCL calls made without a
+  // tensor to guide them (the benchmark's timers, the reducer's events) land on this GPU.
+  c10::cuda::set_device(static_cast<c10::DeviceIndex>(local_rank));
   return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
 }
 

@@ -7,7 +7,8 @@
 
 namespace trainer {
 
-// setting: auto | cuda | cpu. "auto" takes the local rank's GPU when any GPU is visible.
+// setting: auto | cuda | cpu. "auto" takes the local rank's GPU when any GPU is visible, and
+// makes it the calling thread's current device.
 // Throws UserError when a GPU is asked for and missing, or the local rank has no GPU of its own.
 c10::Device select_device(const std::string& setting, int local_rank);
 

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -30,9 +31,23 @@ Environment read_environment() {
       break;
     }
   }
+  env.under_mpi = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK");
+  env.nccl_debug_set = std::getenv("NCCL_DEBUG") != nullptr;
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE"}) {
+    if (const char* value = std::getenv(name)) {
+      env.local_size = std::max(1, parse_rank(name, value));
+      break;
+    }
+  }
   char host[256] = {0};
   if (::gethostname(host, sizeof(host) - 1) == 0) env.hostname = host;
   return env;
+}
+
+void capture_nccl_init_log(const std::string& path) {
+  ::setenv("NCCL_DEBUG", "INFO", /*overwrite=*/1);
+  ::setenv("NCCL_DEBUG_SUBSYS", "INIT,NET", 1);
+  ::setenv("NCCL_DEBUG_FILE", path.c_str(), 1);
 }
 
 }  // namespace trainer

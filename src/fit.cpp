@@ -3,8 +3,10 @@
 #include <ATen/ATen.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <numeric>
 
 #include "src/check.h"
 #include "src/lr_schedule.h"
@@ -30,7 +32,10 @@ std::optional<fs::path> resume_path(const Config& config) {
   return fs::path(config.resume);
 }
 
+// Collective: every rank takes rank 0's BN statistics; rank 0 alone writes.
 void save(Trainer& trainer, const Config& config, int64_t step, int64_t epoch) {
+  trainer.sync_buffers();
+  if (!trainer.is_rank0()) return;
   const fs::path path = checkpoint_path(checkpoint_dir(config), step);
   save_checkpoint(trainer.checkpoint(step, epoch), path);
   prune_checkpoints(checkpoint_dir(config), config.keep_checkpoints);
@@ -39,6 +44,7 @@ void save(Trainer& trainer, const Config& config, int64_t step, int64_t epoch) {
 
 EvalResult run_eval(Trainer& trainer, BatchSource& val, int64_t epoch, int64_t step,
                     MetricsLog& metrics) {
+  trainer.sync_buffers();
   EvalResult r = trainer.evaluate(val);
   spdlog::info("eval epoch {} step {} | top-1 {:.2f}% | top-5 {:.2f}% | {} images", epoch + 1, step,
                r.top1(), r.top5(), r.images);
@@ -48,6 +54,15 @@ EvalResult run_eval(Trainer& trainer, BatchSource& val, int64_t epoch, int64_t s
                          {"top5", r.top5()},
                          {"images", r.images}});
   return r;
+}
+
+// Whether to stop for a signal. Alone: as soon as one arrives. Under mpirun the ranks must stop
+// at the same step (the checkpoint is collective), so they agree at each log interval.
+bool should_stop(const Trainer& trainer, int64_t step, const Config& config) {
+  ProcessGroup* group = trainer.group();
+  if (!group || group->size() == 1) return stop_requested();
+  if (step % config.log_every_steps != 0) return false;
+  return group->sum(stop_requested() ? 1 : 0) > 0;
 }
 
 // Accumulates losses on the device and reads them once per log interval.
@@ -61,10 +76,17 @@ class IntervalLog {
     ++steps_;
   }
 
+  void add_data_wait(double ms) { data_wait_ms_ += ms; }
+
   // Reads the device (the only host sync of the loop) and writes a log line and a metrics line.
   double flush(const Trainer& trainer, int64_t epoch, int64_t step, int64_t total, double lr,
                MetricsLog& metrics) {
-    const double loss = loss_sum_.item<double>() / std::max<int64_t>(steps_, 1);
+    log_rank_spread(trainer, step, metrics);
+    double loss = loss_sum_.item<double>() / std::max<int64_t>(steps_, 1);
+    if (ProcessGroup* group = trainer.group(); group && group->size() > 1) {  // mean over ranks
+      const auto losses = group->allgather(loss);
+      loss = std::accumulate(losses.begin(), losses.end(), 0.0) / losses.size();
+    }
     const double seconds = std::chrono::duration<double>(Clock::now() - start_).count();
     const double images_per_s = steps_ * config_.global_batch() / std::max(seconds, 1e-9);
     const double scale = trainer.loss_scaler().enabled() ? trainer.loss_scaler().scale_value() : 1;
@@ -78,11 +100,37 @@ class IntervalLog {
                             {"loss_scale", scale}});
     loss_sum_.zero_();
     steps_ = 0;
+    data_wait_ms_ = 0;
     start_ = Clock::now();
     return loss;
   }
 
  private:
+  // Under mpirun: each rank's compute time (forward + backward of its last step) and input wait
+  // per step, gathered on every rank; the slowest rank is named (stragglers cost scaling).
+  void log_rank_spread(const Trainer& trainer, int64_t step, MetricsLog& metrics) {
+    ProcessGroup* group = trainer.group();
+    if (!group || group->size() == 1) return;
+    const double wait = data_wait_ms_ / std::max<int64_t>(steps_, 1);
+    std::vector<double> compute = group->allgather(trainer.last_step_compute_ms());
+    std::vector<double> waits = group->allgather(wait);
+    int slowest = 0;
+    for (int r = 1; r < group->size(); ++r)
+      if (compute[r] + waits[r] > compute[slowest] + waits[slowest]) slowest = r;
+    const auto [lo, hi] = std::minmax_element(compute.begin(), compute.end());
+    spdlog::info(
+        "step {} ranks: compute {:.1f}-{:.1f} ms, input wait up to {:.1f} ms; slowest "
+        "rank {} ({}): {:.1f} ms compute + {:.1f} ms input wait",
+        step, *lo, *hi, *std::max_element(waits.begin(), waits.end()), slowest,
+        group->hosts()[slowest], compute[slowest], waits[slowest]);
+    metrics.write("ranks", {{"step", step},
+                            {"compute_ms_min", *lo},
+                            {"compute_ms_max", *hi},
+                            {"slowest_rank", int64_t{slowest}},
+                            {"slowest_host", group->hosts()[slowest]}});
+  }
+
+  double data_wait_ms_ = 0;
   const Config& config_;
   at::Tensor loss_sum_;  // 0-dim float on the device
   int64_t steps_ = 0;
@@ -115,12 +163,16 @@ FitResult fit(Trainer& trainer, const Config& config, BatchSource& train, BatchS
     bool epoch_done = false;
     while (step < total && !epoch_done) {
       const double lr = schedule.at(step);
-      interval.add(trainer.train_step(train.next_batch(), lr));
+      const auto wait_start = Clock::now();
+      Batch batch = train.next_batch();
+      interval.add_data_wait(
+          std::chrono::duration<double, std::milli>(Clock::now() - wait_start).count());
+      interval.add(trainer.train_step(batch, lr));
       ++step;
       epoch_done = step % steps_per_epoch == 0;
       if (step % config.log_every_steps == 0 || step == total)
         result.final_loss = interval.flush(trainer, epoch, step, total, lr, metrics);
-      if (stop_requested()) {
+      if (should_stop(trainer, step, config)) {
         spdlog::warn("signal {} received: checkpointing at step {} and stopping",
                      stop_signal_number(), step);
         save(trainer, config, step, step / steps_per_epoch);

@@ -1,17 +1,24 @@
-// `train`: trains ResNet per a configuration file and command-line overrides. The only place that
-// catches: errors are logged with the host, and the exit status tells the launcher what happened
-// (0 done, 1 internal error, 2 user error: configuration, data or environment, 143 stopped).
+// `train`: trains ResNet per a configuration file and command-line overrides, alone or as one rank
+// under mpirun. The only place that catches: errors are logged with the rank and host, the whole
+// job is ended, and the exit status tells the launcher what happened (0 done, 1 internal error,
+// 2 user error: configuration, data or environment, 128 + signal when stopped by a signal).
 #include <ATen/Context.h>
 #include <c10/util/Exception.h>
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
 
 #include "src/benchmark.h"
 #include "src/check.h"
 #include "src/config.h"
 #include "src/device.h"
+#include "src/dist/process_group.h"
+#include "src/dist/watchdog.h"
 #include "src/environment.h"
 #include "src/fit.h"
 #include "src/metrics_log.h"
@@ -50,25 +57,48 @@ void report_benchmark(const BenchmarkResult& r, const Config& config, MetricsLog
                               {"steps", r.steps}});
 }
 
-int run(int argc, char** argv) {
+// Rank 0 logs the world once: hosts, ranks per host, GPUs, and what NCCL chose.
+void log_world(const ProcessGroup& group, c10::Device device, const std::string& nccl) {
+  std::map<std::string, int> ranks_per_host;
+  for (const auto& host : group.hosts()) ++ranks_per_host[host];
+  std::string hosts;
+  for (const auto& [host, n] : ranks_per_host)
+    hosts += (hosts.empty() ? "" : ", ") + host + " x" + std::to_string(n);
+  spdlog::info("world: {} rank(s) on {} host(s) [{}]; rank 0 on {}{}", group.size(),
+               ranks_per_host.size(), hosts, describe_device(device),
+               nccl.empty() ? "" : "; " + nccl);
+}
+
+int run(int argc, char** argv, std::unique_ptr<ProcessGroup>& group) {
   std::optional<Config> parsed = parse_config(argc, argv);
   if (!parsed) return 0;  // --help
-  const Config& config = *parsed;
+  Config config = *parsed;
   const Environment env = read_environment();
-  spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [" + env.hostname + "] [%^%l%$] %v");
+  group = std::make_unique<ProcessGroup>(env);
+  config.world_size = group->size();
+  validate_config(config);  // again: some rules depend on the world size
+  spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [" + group->host() + " " +
+                      std::to_string(group->rank()) + "/" + std::to_string(group->size()) +
+                      "] [%^%l%$] %v");
+  if (group->rank() != 0) spdlog::set_level(spdlog::level::warn);  // rank 0 speaks for all
 
-  const c10::Device device = select_device(config.device, env.local_rank);
+  const c10::Device device = select_device(config.device, group->local_rank());
   check_precision_supported(config.precision, device);
   at::globalContext().setBenchmarkCuDNN(config.cudnn_benchmark);
-  spdlog::info("device {} (local rank {} from {})", describe_device(device), env.local_rank,
-               env.local_rank_source);
+  log_world(*group, device, group->init_nccl(device));
   spdlog::info("resolved configuration:\n{}", config_to_toml(config));
-  write_resolved_config(config);
-  MetricsLog metrics(fs::path(config.output_dir) / "metrics.jsonl");
+  if (group->rank() == 0) write_resolved_config(config);
+  MetricsLog metrics(group->rank() == 0 ? fs::path(config.output_dir) / "metrics.jsonl"
+                                        : fs::path());
   install_stop_signal_handlers();
 
-  Sources sources = make_sources(config, device);
-  Trainer trainer(config, device);
+  Sources sources = make_sources(config, device, group->rank());
+  Trainer trainer(config, device, group.get());
+  std::optional<Watchdog> watchdog;
+  if (group->uses_mpi()) {
+    watchdog.emplace(*group, std::chrono::seconds(config.collective_timeout_s));
+    trainer.reducer()->set_watchdog(&*watchdog);
+  }
   if (config.benchmark) {
     report_benchmark(run_benchmark(trainer, *sources.train, config), config, metrics);
     return 0;
@@ -82,20 +112,31 @@ int run(int argc, char** argv) {
   return 0;
 }
 
+// Logs the error with its rank and host and, under mpirun, ends every rank of the job (MPI_Abort,
+// NCCL abort) so that none is left waiting in a collective.
+int fail(const std::unique_ptr<ProcessGroup>& group, int code, const std::string& message,
+         spdlog::level::level_enum level) {
+  const std::string where =
+      group ? "rank " + std::to_string(group->rank()) + " (" + group->host() + "): " : "";
+  spdlog::log(level, "{}{}", where, message);
+  if (group && group->size() > 1) group->abort_job(code);
+  return code;
+}
+
 }  // namespace
 }  // namespace trainer
 
 int main(int argc, char** argv) {
+  std::unique_ptr<trainer::ProcessGroup> group;  // outlives run(): the handlers below abort it
   try {
-    return trainer::run(argc, argv);
+    return trainer::run(argc, argv, group);
   } catch (const trainer::UserError& e) {
-    spdlog::error("{}", e.what());
-    return 2;
+    return trainer::fail(group, 2, e.what(), spdlog::level::err);
   } catch (const c10::Error& e) {  // LibTorch's own check failed: its message without a backtrace
-    spdlog::critical("internal error: {}", e.what_without_backtrace());
-    return 1;
+    return trainer::fail(group, 1, std::string("internal error: ") + e.what_without_backtrace(),
+                         spdlog::level::critical);
   } catch (const std::exception& e) {
-    spdlog::critical("internal error: {}", e.what());
-    return 1;
+    return trainer::fail(group, 1, std::string("internal error: ") + e.what(),
+                         spdlog::level::critical);
   }
 }

@@ -1,11 +1,51 @@
 #include "src/sources.h"
 
+#include <algorithm>
+#include <thread>
+
 #include "data/memory_source.h"
 #include "data/synthetic_source.h"
+#include "data/tfrecord/file.h"
+#include "data/tfrecord_source.h"
+#include "src/environment.h"
 
 namespace trainer {
 
-Sources make_sources(const Config& config, c10::Device device) {
+// Data: TFRecord input pipeline. One source per split; the files are listed (and a missing
+// folder or empty glob reported, naming the key) before training starts.
+namespace {
+
+std::unique_ptr<BatchSource> make_tfrecord_source(const Config& config, c10::Device device,
+                                                  int rank, const std::string& key,
+                                                  const std::string& pattern, bool training) {
+  TFRecordSourceOptions o;
+  o.files = list_tfrecord_files(pattern, key);
+  o.training = training;
+  o.batch_size = config.batch_size;
+  o.seed = config.seed;
+  o.rank = rank;
+  o.world_size = config.world_size;
+  o.num_classes = config.num_classes;
+  o.label_offset = config.label_offset;
+  o.transform.image_size = static_cast<int>(config.image_size);
+  o.transform.val_resize = static_cast<int>(config.val_resize);
+  o.pin_memory = device.is_cuda();
+  o.reader_threads = static_cast<int>(config.reader_threads);
+  // Default: this node's cores shared evenly among its ranks.
+  const int cores = std::max(1u, std::thread::hardware_concurrency());
+  o.decode_threads = config.decode_threads > 0 ? static_cast<int>(config.decode_threads)
+                                               : std::max(1, cores / read_environment().local_size);
+  o.prefetch_batches = config.prefetch_batches;
+  o.shuffle_buffer = config.shuffle_buffer;
+  o.index_cache_dir = config.index_cache_dir;
+  o.fail_on_bad_record = config.bad_record_policy == "fail";
+  o.max_bad_fraction = config.max_bad_fraction;
+  return std::make_unique<TFRecordSource>(std::move(o));
+}
+
+}  // namespace
+
+Sources make_sources(const Config& config, c10::Device device, int rank) {
   Sources sources;
   if (config.data_source == "synthetic") {
     SyntheticOptions options{config.batch_size, config.image_size, config.num_classes,
@@ -13,14 +53,25 @@ Sources make_sources(const Config& config, c10::Device device) {
     sources.train = std::make_unique<SyntheticSource>(options, device);
     return sources;
   }
+  if (config.data_source == "tfrecord") {
+    sources.train = make_tfrecord_source(config, device, rank, "train_data", config.train_data,
+                                         /*training=*/true);
+    if (!config.val_data.empty())
+      sources.val = make_tfrecord_source(config, device, rank, "val_data", config.val_data,
+                                         /*training=*/false);
+    return sources;
+  }
   // generated: a training split and a held-out split of the same classes, drawn with other seeds.
   GeneratedDatasetOptions data{config.generated_classes, config.generated_train_images,
                                config.image_size, config.seed};
-  MemorySourceOptions train{config.batch_size, /*training=*/true, config.seed, device.is_cuda()};
+  MemorySourceOptions train{
+      config.batch_size, /*training=*/true, config.seed, device.is_cuda(), rank, config.world_size};
   sources.train = std::make_unique<MemorySource>(generate_labelled_images(data), train);
   data.images = config.generated_val_images;
   data.seed = config.seed + 1;
-  MemorySourceOptions val{config.batch_size, /*training=*/false, config.seed, device.is_cuda()};
+  MemorySourceOptions val{
+      config.batch_size, /*training=*/false, config.seed, device.is_cuda(), rank,
+      config.world_size};
   sources.val = std::make_unique<MemorySource>(generate_labelled_images(data), val);
   return sources;
 }

@@ -15,6 +15,8 @@ struct Sources {
   std::unique_ptr<BatchSource> val;  // null when the source has no held-out split (synthetic)
 };
 
-Sources make_sources(const Config& config, c10::Device device);
+// `rank` is this process's index among config.world_size; each rank gets its own part of every
+// epoch and the same number of training batches.
+Sources make_sources(const Config& config, c10::Device device, int rank = 0);
 
 }  // namespace trainer

@@ -1,10 +1,14 @@
 #include "src/trainer.h"
 
 #include <ATen/ATen.h>
+#include <c10/cuda/CUDAStream.h>
 #include <torch/utils.h>
+
+#include <chrono>
 
 #include "data/device_input.h"
 #include "src/autocast.h"
+#include "src/check.h"
 
 namespace trainer {
 namespace {
@@ -32,6 +36,34 @@ OptimizerOptions optimizer_options(const Config& c) {
   return {c.optimizer, c.momentum, c.nesterov, c.weight_decay, c.decay_bn_and_bias, c.lars_eta};
 }
 
+ReducerOptions reducer_options(const Config& c, c10::Device device) {
+  USER_CHECK(c.grad_compression == "none" || device.is_cuda(),
+             "grad_compression = ", c.grad_compression,
+             " needs GPUs (NCCL); on the CPU set grad_compression = none");
+  ReducerOptions options;
+  options.bucket_bytes = c.bucket_mb << 20;
+  options.predivide = c.grad_average == "pre";
+  options.wire_dtype = c.grad_compression == "fp16"   ? at::kHalf
+                       : c.grad_compression == "bf16" ? at::kBFloat16
+                                                      : at::kFloat;
+  return options;
+}
+
+// Overwrites each tensor with rank 0's (collective), on the current stream when on the GPU.
+void broadcast_from_rank0(const std::vector<at::Tensor>& tensors, ProcessGroup& group) {
+  for (at::Tensor t : tensors) {
+    auto stream = t.is_cuda() ? c10::cuda::getCurrentCUDAStream().stream() : nullptr;
+    group.broadcast_(t, /*root=*/0, stream);
+  }
+}
+
+// Parameters as plain tensors sharing their storage (broadcast writes into them in place).
+std::vector<at::Tensor> parameter_data(torch::nn::Module& module) {
+  std::vector<at::Tensor> out;
+  for (const auto& p : module.parameters()) out.push_back(p.data());
+  return out;
+}
+
 LossScalerOptions scaler_options(const Config& c) {
   LossScalerOptions options;
   options.enabled = c.precision == "fp16";
@@ -42,19 +74,30 @@ LossScalerOptions scaler_options(const Config& c) {
 
 }  // namespace
 
-Trainer::Trainer(const Config& config, c10::Device device)
+Trainer::Trainer(const Config& config, c10::Device device, ProcessGroup* group)
     : config_(config),
       device_(device),
       autocast_dtype_(autocast_dtype_for(config.precision)),
       input_dtype_(autocast_dtype_.value_or(at::kFloat)),
       memory_format_(device.is_cuda() && config.channels_last ? c10::MemoryFormat::ChannelsLast
                                                               : c10::MemoryFormat::Contiguous),
+      group_(group),
       model_(build_model(config)),
       scaler_(scaler_options(config), device) {
   model_->to(device);
   if (memory_format_ == c10::MemoryFormat::ChannelsLast) to_channels_last(model_);
   optimizer_ =
       std::make_unique<Optimizer>(model_->named_parameters().pairs(), optimizer_options(config));
+  if (group_ && group_->uses_mpi()) {
+    broadcast_from_rank0(parameter_data(*model_), *group_);
+    broadcast_from_rank0(model_->buffers(), *group_);
+    reducer_ = std::make_unique<GradientReducer>(model_->parameters(), *group_,
+                                                 reducer_options(config, device));
+  }
+  if (device.is_cuda()) {
+    step_start_.emplace(cudaEventDefault);
+    step_backward_done_.emplace(cudaEventDefault);
+  }
   model_->train();
 }
 
@@ -63,6 +106,8 @@ at::Tensor Trainer::prepare_images(const at::Tensor& images) const {
 }
 
 at::Tensor Trainer::train_step(const Batch& batch, double lr) {
+  const auto host_start = std::chrono::steady_clock::now();
+  if (step_start_) step_start_->record();
   at::Tensor images = prepare_images(batch.images);                     // (N, 3, H, W)
   at::Tensor labels = batch.labels.to(device_, /*non_blocking=*/true);  // (N)
   at::Tensor loss;
@@ -72,7 +117,15 @@ at::Tensor Trainer::train_step(const Batch& batch, double lr) {
     loss = at::cross_entropy_loss(logits.to(at::kFloat), labels, /*weight=*/{}, at::Reduction::Mean,
                                   /*ignore_index=*/-100, config_.label_smoothing);
   }
+  if (reducer_) reducer_->prepare_step();
   scaler_.scale(loss).backward();
+  if (step_backward_done_) step_backward_done_->record();
+  last_step_host_ms_ =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - host_start)
+          .count();
+  // Averaged gradients: every rank unscales the same values, finds the same overflow and skips
+  // the same steps, so the replicas never diverge.
+  if (reducer_) reducer_->finish_step();
   scaler_.unscale_(optimizer_->grads());
   optimizer_->step(lr, scaler_.found_inf());
   scaler_.update();
@@ -103,7 +156,23 @@ EvalResult Trainer::evaluate(BatchSource& source) {
     images += batch.labels.size(0);
   }
   model_->train();
-  return {images, top1.item<int64_t>(), top5.item<int64_t>()};
+  EvalResult result{images, top1.item<int64_t>(), top5.item<int64_t>()};
+  if (group_) {
+    result.images = group_->sum(result.images);
+    result.top1_correct = group_->sum(result.top1_correct);
+    result.top5_correct = group_->sum(result.top5_correct);
+  }
+  return result;
+}
+
+void Trainer::sync_buffers() {
+  if (group_ && group_->size() > 1) broadcast_from_rank0(model_->buffers(), *group_);
+}
+
+double Trainer::last_step_compute_ms() const {
+  if (!step_backward_done_) return last_step_host_ms_;
+  step_backward_done_->synchronize();
+  return step_start_->elapsed_time(*step_backward_done_);
 }
 
 Checkpoint Trainer::checkpoint(int64_t step, int64_t epoch) const {

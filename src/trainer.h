@@ -1,6 +1,8 @@
 // One model replica and its optimisation state on one device: the training step (device input,
-// mixed-precision forward, scaled backward, fused update), evaluation, and checkpoint state.
-// Nothing here waits for the device: losses and counts stay device tensors until a caller reads.
+// mixed-precision forward, scaled backward with gradients averaged over ranks, fused update),
+// evaluation, and checkpoint state. With a process group, rank 0's initial weights are broadcast
+// so every rank starts identical. Nothing here waits for the device: losses stay device tensors
+// until a caller reads them.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -14,6 +16,8 @@
 #include "models/resnet.h"
 #include "src/checkpoint.h"
 #include "src/config.h"
+#include "src/dist/gradient_reducer.h"
+#include "src/dist/process_group.h"
 #include "src/loss_scaler.h"
 #include "src/optimizer.h"
 
@@ -29,15 +33,27 @@ struct EvalResult {
 
 class Trainer {
  public:
-  // Builds the model from `config` (seeded by config.seed) on `device`.
-  Trainer(const Config& config, c10::Device device);
+  // Builds the model from `config` (seeded by config.seed) on `device`. With a `group` launched
+  // by mpirun (collective: every rank constructs its Trainer together), parameters and buffers
+  // come from rank 0 and gradients are averaged over the ranks.
+  Trainer(const Config& config, c10::Device device, ProcessGroup* group = nullptr);
 
   // One optimisation step on `batch` at learning rate `lr`. Returns the batch's mean loss, a
   // 0-dim float device tensor. In fp16, a step with overflowing gradients changes no weights.
   at::Tensor train_step(const Batch& batch, double lr);
 
   // Top-1/top-5 over every batch of one epoch of `source`, in eval mode (BN running statistics).
+  // With a group: each rank evaluates its shard and the counts are summed over ranks.
   EvalResult evaluate(BatchSource& source);
+
+  // Copies rank 0's BN running statistics to every rank (they drift apart, each rank seeing its
+  // own batches), so evaluation and checkpoints use one model. Collective.
+  void sync_buffers();
+  // Forward + backward time of the last step on this rank, ms (reads the device: log intervals).
+  double last_step_compute_ms() const;
+  GradientReducer* reducer() { return reducer_.get(); }
+  ProcessGroup* group() const { return group_; }
+  bool is_rank0() const { return !group_ || group_->rank() == 0; }
 
   // The state to save (reads the device) and to restore, at `step` steps into `epoch`.
   Checkpoint checkpoint(int64_t step, int64_t epoch) const;
@@ -55,9 +71,14 @@ class Trainer {
   std::optional<at::ScalarType> autocast_dtype_;  // kHalf / kBFloat16; nullopt in fp32
   at::ScalarType input_dtype_;                    // dtype the images are normalised into
   c10::MemoryFormat memory_format_;               // channels_last on the GPU when enabled
+  ProcessGroup* group_;                           // null: a world of one without MPI
   ResNet model_;
-  std::unique_ptr<Optimizer> optimizer_;  // built after the model's final layout
+  std::unique_ptr<Optimizer> optimizer_;      // built after the model's final layout
+  std::unique_ptr<GradientReducer> reducer_;  // under mpirun only
   LossScaler scaler_;
+  // Start of forward / end of backward of the last step: compute time per rank, for stragglers.
+  std::optional<at::cuda::CUDAEvent> step_start_, step_backward_done_;
+  double last_step_host_ms_ = 0;  // the same on the CPU, where steps run synchronously
 };
 
 }  // namespace trainer

@@ -141,7 +141,14 @@ INSTANTIATE_TEST_SUITE_P(
             "generated_train_images"},
         BadValue{{"--benchmark", "true", "--data_source", "generated", "--num_classes", "10"},
                  "benchmark"},
-        BadValue{{"--max_steps", "-1"}, "max_steps"}));
+        BadValue{{"--max_steps", "-1"}, "max_steps"},
+        BadValue{{"--grad_compression", "int8"}, "grad_compression"},
+        BadValue{{"--grad_average", "mean"}, "grad_average"},
+        BadValue{{"--bucket_mb", "0"}, "bucket_mb"},
+        BadValue{{"--collective_timeout_s", "0"}, "collective_timeout_s"}),
+    [](const ::testing::TestParamInfo<BadValue>& info) {
+      return info.param.key + "_" + std::to_string(info.index);
+    });
 
 }  // namespace
 }  // namespace trainer

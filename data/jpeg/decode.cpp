@@ -1,0 +1,247 @@
+#include "data/jpeg/decode.h"
+
+#include <jerror.h>
+#include <jpeglib.h>
+
+#include <cmath>
+#include <csetjmp>
+#include <cstdio>
+#include <opencv2/core.hpp>
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+#include <vector>
+
+namespace trainer {
+namespace {
+
+constexpr int64_t kMaxPixels = int64_t(1) << 28;  // 268 Mpixel: larger is damage or a bomb
+
+bool is_jpeg(std::string_view data) {
+  return data.size() >= 3 && uint8_t(data[0]) == 0xFF && uint8_t(data[1]) == 0xD8 &&
+         uint8_t(data[2]) == 0xFF;
+}
+
+// libjpeg reports fatal errors through error_exit, which must not return: jump back to the
+// caller's setjmp. A premature end of data is only a warning to libjpeg; here it is damage.
+struct ErrorManager {
+  jpeg_error_mgr pub;
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+  bool truncated;
+};
+
+void on_error(j_common_ptr cinfo) {
+  auto* e = reinterpret_cast<ErrorManager*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, e->message);
+  std::longjmp(e->jump, 1);
+}
+
+void on_message(j_common_ptr cinfo, int level) {
+  if (level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF)
+    reinterpret_cast<ErrorManager*>(cinfo->err)->truncated = true;
+}
+
+// A decoded region of a JPEG at some DCT scale, and where the requested crop lies in it.
+struct Region {
+  std::vector<uint8_t> pixels;  // (height, width, 3) RGB
+  int width = 0, height = 0;
+  double crop_x = 0, crop_y = 0, crop_w = 0, crop_h = 0;  // in region pixels, fractional
+  int scale = 8;
+};
+
+// Smallest s in 1..8 with crop * s / 8 >= out in both directions (8 when the crop is smaller).
+int choose_scale(const CropRect& crop, int out_w, int out_h) {
+  for (int s = 1; s < 8; ++s)
+    if (int64_t(crop.width) * s >= int64_t(out_w) * 8 &&
+        int64_t(crop.height) * s >= int64_t(out_h) * 8)
+      return s;
+  return 8;
+}
+
+void cmyk_to_rgb(const uint8_t* cmyk, uint8_t* rgb, int pixels, bool inverted) {
+  for (int i = 0; i < pixels; ++i, cmyk += 4, rgb += 3) {
+    // Adobe writes inverted CMYK (what libjpeg calls saw_Adobe_marker): 255 means no ink.
+    const int k = inverted ? cmyk[3] : 255 - cmyk[3];
+    for (int c = 0; c < 3; ++c) {
+      const int v = inverted ? cmyk[c] : 255 - cmyk[c];
+      rgb[c] = static_cast<uint8_t>((v * k + 127) / 255);
+    }
+  }
+}
+
+// Decodes the part of the JPEG covering `crop` (clipped to the image). Only POD locals live
+// across setjmp; the vectors are sized before any libjpeg call can jump.
+bool decode_jpeg_region(std::string_view data, CropRect crop, int out_w, int out_h, Region* region,
+                        std::string* error) {
+  jpeg_decompress_struct cinfo;
+  ErrorManager err;
+  cinfo.err = jpeg_std_error(&err.pub);
+  err.pub.error_exit = on_error;
+  err.pub.emit_message = on_message;
+  err.truncated = false;
+  std::vector<uint8_t> row;  // one scanline (CMYK input only)
+  if (setjmp(err.jump)) {
+    jpeg_destroy_decompress(&cinfo);
+    *error = std::string("JPEG decode failed: ") + err.message;
+    return false;
+  }
+  jpeg_create_decompress(&cinfo);
+  jpeg_mem_src(&cinfo, reinterpret_cast<const unsigned char*>(data.data()),
+               static_cast<unsigned long>(data.size()));
+  jpeg_read_header(&cinfo, TRUE);
+  const int W = static_cast<int>(cinfo.image_width), H = static_cast<int>(cinfo.image_height);
+  if (int64_t(W) * H > kMaxPixels || W <= 0 || H <= 0) {
+    jpeg_destroy_decompress(&cinfo);
+    *error = "JPEG of " + std::to_string(W) + "x" + std::to_string(H) + " pixels is too large";
+    return false;
+  }
+  crop.x = std::clamp(crop.x, 0, W - 1);
+  crop.y = std::clamp(crop.y, 0, H - 1);
+  crop.width = std::clamp(crop.width, 1, W - crop.x);
+  crop.height = std::clamp(crop.height, 1, H - crop.y);
+  const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
+  cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
+  region->scale = choose_scale(crop, out_w, out_h);
+  cinfo.scale_num = static_cast<unsigned>(region->scale);
+  cinfo.scale_denom = 8;
+  jpeg_start_decompress(&cinfo);
+  const double fx = double(cinfo.output_width) / W, fy = double(cinfo.output_height) / H;
+  const int x0 = static_cast<int>(std::floor(crop.x * fx));
+  const int x1 =
+      std::min<int>(cinfo.output_width, static_cast<int>(std::ceil((crop.x + crop.width) * fx)));
+  const int y0 = static_cast<int>(std::floor(crop.y * fy));
+  const int y1 =
+      std::min<int>(cinfo.output_height, static_cast<int>(std::ceil((crop.y + crop.height) * fy)));
+  JDIMENSION xoffset = static_cast<JDIMENSION>(x0), width = static_cast<JDIMENSION>(x1 - x0);
+  if (width < cinfo.output_width) jpeg_crop_scanline(&cinfo, &xoffset, &width);  // to iMCU edges
+  const int rw = static_cast<int>(cinfo.output_width);  // the cropped width after the call
+  if (y0 > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(y0));
+  region->width = rw;
+  region->height = y1 - y0;
+  region->pixels.resize(size_t(rw) * region->height * 3);
+  row.resize(size_t(rw) * 4);
+  for (int y = 0; y < region->height; ++y) {
+    uint8_t* dst = region->pixels.data() + size_t(y) * rw * 3;
+    JSAMPROW rows[1] = {cmyk ? row.data() : dst};
+    if (jpeg_read_scanlines(&cinfo, rows, 1) != 1) break;
+    if (cmyk) cmyk_to_rgb(row.data(), dst, rw, cinfo.saw_Adobe_marker);
+  }
+  const bool truncated = err.truncated;
+  jpeg_destroy_decompress(&cinfo);  // abandons the remaining scanlines: no need to read them
+  if (truncated) {
+    *error = "JPEG data is truncated (premature end of file)";
+    return false;
+  }
+  region->crop_x = crop.x * fx - double(xoffset);
+  region->crop_y = crop.y * fy - double(y0);
+  region->crop_w = crop.width * fx;
+  region->crop_h = crop.height * fy;
+  return true;
+}
+
+bool decode_other_region(std::string_view data, CropRect crop, Region* region, std::string* error) {
+  cv::Mat rgb;
+  if (!decode_full(data, &rgb, error)) return false;
+  crop.x = std::clamp(crop.x, 0, rgb.cols - 1);
+  crop.y = std::clamp(crop.y, 0, rgb.rows - 1);
+  region->width = rgb.cols;
+  region->height = rgb.rows;
+  region->pixels.assign(rgb.data, rgb.data + rgb.total() * 3);
+  region->crop_x = crop.x;
+  region->crop_y = crop.y;
+  region->crop_w = std::clamp(crop.width, 1, rgb.cols - crop.x);
+  region->crop_h = std::clamp(crop.height, 1, rgb.rows - crop.y);
+  return true;
+}
+
+}  // namespace
+
+bool encoded_image_size(std::string_view data, ImageSize* size, std::string* error) {
+  if (is_jpeg(data)) {
+    jpeg_decompress_struct cinfo;
+    ErrorManager err;
+    cinfo.err = jpeg_std_error(&err.pub);
+    err.pub.error_exit = on_error;
+    err.pub.emit_message = on_message;
+    if (setjmp(err.jump)) {
+      jpeg_destroy_decompress(&cinfo);
+      *error = std::string("JPEG header unreadable: ") + err.message;
+      return false;
+    }
+    jpeg_create_decompress(&cinfo);
+    jpeg_mem_src(&cinfo, reinterpret_cast<const unsigned char*>(data.data()),
+                 static_cast<unsigned long>(data.size()));
+    jpeg_read_header(&cinfo, TRUE);
+    size->width = static_cast<int>(cinfo.image_width);
+    size->height = static_cast<int>(cinfo.image_height);
+    jpeg_destroy_decompress(&cinfo);
+    return size->width > 0 && size->height > 0;
+  }
+  cv::Mat rgb;
+  if (!decode_full(data, &rgb, error)) return false;
+  *size = {rgb.cols, rgb.rows};
+  return true;
+}
+
+bool decode_crop_resize(std::string_view data, const CropRect& crop, int out_width, int out_height,
+                        uint8_t* out, std::string* error, int* scale_eighths) {
+  Region region;
+  const bool ok = is_jpeg(data)
+                      ? decode_jpeg_region(data, crop, out_width, out_height, &region, error)
+                      : decode_other_region(data, crop, &region, error);
+  if (!ok) return false;
+  if (region.width <= 0 || region.height <= 0) {
+    *error = "image decoded to an empty region";
+    return false;
+  }
+  if (scale_eighths) *scale_eighths = region.scale;
+  // Output pixel centres map onto the crop's fractional rectangle (the region starts on iMCU
+  // boundaries, so the crop rarely begins at a whole region pixel).
+  const double ax = region.crop_w / out_width, ay = region.crop_h / out_height;
+  cv::Matx23d map(ax, 0, region.crop_x + 0.5 * ax - 0.5, 0, ay, region.crop_y + 0.5 * ay - 0.5);
+  cv::Mat src(region.height, region.width, CV_8UC3, region.pixels.data());
+  cv::Mat dst(out_height, out_width, CV_8UC3, out);
+  if (ax > 2 || ay > 2) {  // strong downscale left after DCT scaling: area-average first
+    cv::Mat small;
+    const double sx = 1.0 / std::ceil(ax / 2), sy = 1.0 / std::ceil(ay / 2);
+    cv::resize(src, small, cv::Size(), sx, sy, cv::INTER_AREA);
+    map = cv::Matx23d(ax * sx, 0, (region.crop_x + 0.5 * ax) * sx - 0.5, 0, ay * sy,
+                      (region.crop_y + 0.5 * ay) * sy - 0.5);
+    cv::warpAffine(small, dst, map, dst.size(), cv::INTER_LINEAR | cv::WARP_INVERSE_MAP,
+                   cv::BORDER_REPLICATE);
+    return true;
+  }
+  cv::warpAffine(src, dst, map, dst.size(), cv::INTER_LINEAR | cv::WARP_INVERSE_MAP,
+                 cv::BORDER_REPLICATE);
+  return true;
+}
+
+bool decode_full(std::string_view data, cv::Mat* rgb, std::string* error) {
+  if (is_jpeg(data)) {
+    ImageSize size;
+    if (!encoded_image_size(data, &size, error)) return false;
+    if (int64_t(size.width) * size.height > kMaxPixels) {
+      *error = "image too large";
+      return false;
+    }
+    rgb->create(size.height, size.width, CV_8UC3);
+    return decode_crop_resize(data, {0, 0, size.width, size.height}, size.width, size.height,
+                              rgb->data, error);
+  }
+  cv::Mat encoded(1, static_cast<int>(data.size()), CV_8UC1, const_cast<char*>(data.data()));
+  cv::Mat bgr;
+  try {
+    bgr = cv::imdecode(encoded, cv::IMREAD_COLOR);
+  } catch (const cv::Exception& e) {
+    *error = std::string("image decode failed: ") + e.what();
+    return false;
+  }
+  if (bgr.empty()) {
+    *error = "image is neither a decodable JPEG nor another format OpenCV reads";
+    return false;
+  }
+  cv::cvtColor(bgr, *rgb, cv::COLOR_BGR2RGB);
+  return true;
+}
+
+}  // namespace trainer

@@ -1,0 +1,38 @@
+// Image decoding for the input pipeline. JPEG: only the scanlines and columns of a crop are
+// decoded, at the largest DCT downscale (libjpeg-turbo's scale_num / 8) that keeps the crop at
+// least as large as the output, then resized; grayscale and CMYK become RGB. Other formats
+// (PNG) go through OpenCV. Errors are returned, never thrown past libjpeg's C frames.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace cv {
+class Mat;
+}
+
+namespace trainer {
+
+struct ImageSize {
+  int width = 0;
+  int height = 0;
+};
+
+struct CropRect {  // in the source image's pixels
+  int x = 0, y = 0, width = 0, height = 0;
+};
+
+// Dimensions of an encoded image (JPEG: from its header only). False + `error` when undecodable.
+bool encoded_image_size(std::string_view data, ImageSize* size, std::string* error);
+
+// Decodes `crop` of the image and resizes it to out_width x out_height RGB into `out`
+// ((out_height, out_width, 3) uint8, contiguous). `scale_eighths`, when given, receives the DCT
+// scale used (8 = full size). False + `error` for undecodable, truncated or oversized images.
+bool decode_crop_resize(std::string_view data, const CropRect& crop, int out_width, int out_height,
+                        uint8_t* out, std::string* error, int* scale_eighths = nullptr);
+
+// The whole image as RGB (H, W, 3) uint8 (full-resolution reference; the verifier).
+bool decode_full(std::string_view data, cv::Mat* rgb, std::string* error);
+
+}  // namespace trainer

@@ -1,0 +1,389 @@
+#include "data/tfrecord_source.h"
+
+#include <ATen/ATen.h>
+#include <spdlog/spdlog.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <opencv2/core/utility.hpp>
+#include <set>
+#include <thread>
+
+#include "data/image_example.h"
+#include "data/tfrecord/epoch_plan.h"
+#include "data/tfrecord/file.h"
+#include "src/check.h"
+
+namespace trainer {
+namespace {
+
+// Damage found in one record: where, and why.
+struct Damage {
+  int file = 0;
+  int64_t offset = 0;
+  std::string reason;
+};
+
+// A payload handed from a reader to a decode worker.
+struct Slot {
+  enum State { kEmpty, kReady, kBad } state = kEmpty;
+  std::string payload;
+  Damage damage;
+};
+
+// A contiguous byte range of one file holding records this rank needs, read with one pread.
+struct Chunk {
+  int file = 0;
+  int64_t begin = 0, end = 0;  // byte range
+  int64_t first_position = 0;  // earliest plan position that needs it: read in this order
+  std::vector<std::pair<int64_t, int64_t>> members;  // (plan position, record in file)
+};
+
+struct PendingBatch {
+  at::Tensor images;  // (B, S, S, 3) uint8, pinned when the device is a GPU
+  at::Tensor labels;  // (B) int64
+  int64_t remaining = 0;
+  std::vector<bool> bad;  // rows whose record was skipped
+};
+
+}  // namespace
+
+struct TFRecordSource::Epoch {
+  const TFRecordSource* source;
+  const TFRecordSourceOptions& o;
+  int64_t epoch = 0;
+  uint64_t epoch_seed = 0;
+  std::vector<int64_t> plan;  // this rank's global record ids from the first batch on
+  int64_t position_base = 0;  // plan position 0 is this position of the full epoch
+  std::vector<Slot> slots;    // one per plan position
+  std::vector<Chunk> chunks;  // in first_position order
+
+  std::mutex mutex;
+  std::condition_variable slot_ready, window_moved, batch_done;
+  int64_t next_batch = 0;     // the batch the consumer takes next (relative to the plan)
+  int64_t next_position = 0;  // the next plan position a decode worker claims
+  std::map<int64_t, PendingBatch> batches;
+  int64_t bad = 0;
+  bool stop = false;
+  std::exception_ptr error;
+  std::vector<std::thread> threads;
+
+  Epoch(const TFRecordSource* s, const TFRecordSourceOptions& options) : source(s), o(options) {}
+
+  int64_t window_end() const { return (next_batch + o.prefetch_batches) * o.batch_size; }
+  void fail(std::exception_ptr e);
+  void read_chunks(int reader);
+  void decode_loop();
+  void record_bad(int64_t position, const Damage& damage, std::unique_lock<std::mutex>& lock);
+  void finish_batch(int64_t index, PendingBatch& batch);
+};
+
+namespace {
+
+std::mutex logged_mutex;
+std::set<std::pair<std::string, int64_t>> logged;  // (file, offset) already warned about
+
+}  // namespace
+
+void TFRecordSource::Epoch::fail(std::exception_ptr e) {
+  if (!error) error = e;
+  stop = true;
+  slot_ready.notify_all();
+  window_moved.notify_all();
+  batch_done.notify_all();
+}
+
+void TFRecordSource::Epoch::read_chunks(int reader) {
+  std::vector<uint8_t> buffer;
+  std::unique_ptr<ReadFile> file;
+  try {
+    for (size_t c = reader; c < chunks.size(); c += o.reader_threads) {
+      const Chunk& chunk = chunks[c];
+      {
+        // Read ahead of the decoders by one batch more than they may run ahead of the consumer.
+        std::unique_lock<std::mutex> lock(mutex);
+        window_moved.wait(
+            lock, [&] { return stop || chunk.first_position < window_end() + o.batch_size; });
+        if (stop) return;
+      }
+      const std::string& path = o.files[chunk.file];
+      if (!file || file->path() != path) {
+        file = std::make_unique<ReadFile>(path);
+        file->advise_sequential(chunk.begin, file->size() - chunk.begin);
+      }
+      buffer.resize(static_cast<size_t>(chunk.end - chunk.begin));
+      const int64_t got = file->read_at(chunk.begin, buffer.data(), chunk.end - chunk.begin);
+      std::vector<Slot> results(chunk.members.size());
+      for (size_t m = 0; m < chunk.members.size(); ++m) {
+        const IndexEntry& e = source->indexes_[chunk.file][chunk.members[m].second];
+        const int64_t at = e.offset - chunk.begin;
+        std::string_view payload;
+        int64_t size = 0;
+        RecordStatus status =
+            parse_record(buffer.data() + at, std::min(e.size, got - at), &payload, &size);
+        if (status == RecordStatus::kOk && size != e.size) status = RecordStatus::kSizeMismatch;
+        if (status == RecordStatus::kOk) {
+          results[m].state = Slot::kReady;
+          results[m].payload.assign(payload.data(), payload.size());
+        } else {
+          results[m].state = Slot::kBad;
+          results[m].damage = {chunk.file, e.offset, to_string(status)};
+        }
+      }
+      std::lock_guard<std::mutex> lock(mutex);
+      for (size_t m = 0; m < chunk.members.size(); ++m)
+        slots[chunk.members[m].first] = std::move(results[m]);
+      slot_ready.notify_all();
+    }
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mutex);
+    fail(std::current_exception());
+  }
+}
+
+void TFRecordSource::Epoch::record_bad(int64_t position, const Damage& damage,
+                                       std::unique_lock<std::mutex>& lock) {
+  const std::string& path = o.files[damage.file];
+  const std::string where = path + " at byte " + std::to_string(damage.offset);
+  if (o.fail_on_bad_record)
+    throw UserError("bad record in " + where + ": " + damage.reason +
+                    " (bad_record_policy = fail; set it to skip to drop such records)");
+  ++bad;
+  {
+    std::lock_guard<std::mutex> log_lock(logged_mutex);
+    if (logged.insert({path, damage.offset}).second)
+      spdlog::warn("skipping bad record in {}: {}", where, damage.reason);
+  }
+  const double limit = o.max_bad_fraction * static_cast<double>(plan.size() + position_base);
+  if (static_cast<double>(bad) > limit)
+    throw UserError(detail::concat(
+        bad, " bad records in epoch ", epoch, " (the last in ", where, ": ", damage.reason,
+        ") exceed max_bad_fraction = ", o.max_bad_fraction, " of ", plan.size() + position_base,
+        " records. Fix: verify the data with verify-tfrecords"));
+  (void)position;
+  (void)lock;
+}
+
+void TFRecordSource::Epoch::finish_batch(int64_t index, PendingBatch& batch) {
+  const int64_t rows = batch.images.size(0);
+  std::vector<int64_t> good;
+  for (int64_t r = 0; r < rows; ++r)
+    if (!batch.bad[r]) good.push_back(r);
+  if (static_cast<int64_t>(good.size()) == rows) return;
+  USER_CHECK(!good.empty(), "every record of batch ", index, " of epoch ", epoch,
+             " is bad; the data is damaged. Fix: verify it with verify-tfrecords");
+  const int64_t row_bytes = batch.images[0].numel();
+  auto* pixels = batch.images.data_ptr<uint8_t>();
+  auto* labels = batch.labels.data_ptr<int64_t>();
+  if (o.training) {  // keep the batch full: stand in another image of the same batch
+    for (int64_t r = 0, k = 0; r < rows; ++r) {
+      if (!batch.bad[r]) continue;
+      const int64_t from = good[k++ % good.size()];
+      std::memcpy(pixels + r * row_bytes, pixels + from * row_bytes, row_bytes);
+      labels[r] = labels[from];
+    }
+    return;
+  }
+  for (size_t k = 0; k < good.size(); ++k) {  // evaluation: drop the row, count nothing twice
+    std::memmove(pixels + k * row_bytes, pixels + good[k] * row_bytes, row_bytes);
+    labels[k] = labels[good[k]];
+  }
+  batch.images = batch.images.narrow(0, 0, static_cast<int64_t>(good.size()));
+  batch.labels = batch.labels.narrow(0, 0, static_cast<int64_t>(good.size()));
+}
+
+void TFRecordSource::Epoch::decode_loop() {
+  const int64_t b = o.batch_size, total = static_cast<int64_t>(plan.size());
+  const int64_t s = o.transform.image_size;
+  TransformOptions transform = o.transform;
+  transform.training = o.training;
+  ImageExample example;
+  std::string error;
+  std::unique_lock<std::mutex> lock(mutex);
+  try {
+    while (true) {
+      window_moved.wait(
+          lock, [&] { return stop || next_position >= total || next_position < window_end(); });
+      if (stop || next_position >= total) return;
+      const int64_t p = next_position++;
+      const int64_t batch_index = p / b;
+      auto [it, inserted] = batches.try_emplace(batch_index);
+      if (inserted) {
+        const int64_t rows = std::min(b, total - batch_index * b);
+        const auto pinned = at::TensorOptions().pinned_memory(o.pin_memory);
+        it->second.images = at::empty({rows, s, s, 3}, pinned.dtype(at::kByte));
+        it->second.labels = at::empty({rows}, pinned.dtype(at::kLong));
+        it->second.remaining = rows;
+        it->second.bad.assign(rows, false);
+      }
+      slot_ready.wait(lock, [&] { return stop || slots[p].state != Slot::kEmpty; });
+      if (stop) return;
+      Slot slot = std::move(slots[p]);
+      slots[p] = Slot();
+      uint8_t* out = it->second.images.data_ptr<uint8_t>() + (p % b) * s * s * 3;
+      int64_t* label_out = it->second.labels.data_ptr<int64_t>() + (p % b);
+      lock.unlock();
+
+      Damage damage = slot.damage;
+      if (slot.state == Slot::kReady) {
+        const int64_t record = plan[p];
+        const int file =
+            std::upper_bound(source->first_record_.begin(), source->first_record_.end(), record) -
+            source->first_record_.begin() - 1;
+        damage = {file, source->indexes_[file][record - source->first_record_[file]].offset, ""};
+        if (!parse_image_example(slot.payload, &example, &error)) {
+          damage.reason = error;
+        } else if (example.label - o.label_offset < 0 ||
+                   example.label - o.label_offset >= o.num_classes) {
+          damage.reason =
+              detail::concat("label ", example.label, " minus label_offset ", o.label_offset,
+                             " is outside [0, num_classes = ", o.num_classes, ")");
+        } else if (!transform_image(example.encoded, transform,
+                                    mix_seed(epoch_seed, static_cast<uint64_t>(record)), out,
+                                    &error)) {
+          damage.reason = error;
+        } else {
+          *label_out = example.label - o.label_offset;
+        }
+      }
+      lock.lock();
+      PendingBatch& batch = batches[batch_index];
+      if (!damage.reason.empty()) {
+        batch.bad[p % b] = true;
+        *label_out = 0;
+        record_bad(p, damage, lock);
+      }
+      if (--batch.remaining == 0) {
+        finish_batch(batch_index, batch);
+        batch_done.notify_all();
+      }
+    }
+  } catch (...) {
+    if (!lock.owns_lock()) lock.lock();
+    fail(std::current_exception());
+  }
+}
+
+TFRecordSource::TFRecordSource(TFRecordSourceOptions options) : options_(std::move(options)) {
+  const auto& o = options_;
+  USER_CHECK(!o.files.empty(), "no TFRecord files given");
+  USER_CHECK(o.batch_size > 0, "batch_size must be > 0, got ", o.batch_size);
+  TORCH_INTERNAL_ASSERT(o.world_size > 0 && o.rank >= 0 && o.rank < o.world_size);
+  TORCH_INTERNAL_ASSERT(o.reader_threads > 0 && o.decode_threads > 0 && o.prefetch_batches > 0);
+  // The pool below is the parallelism: OpenCV's own threads inside each resize would only
+  // compete with it for the rank's cores.
+  cv::setNumThreads(1);
+  std::vector<BadRecord> damage;
+  first_record_.assign(1, 0);
+  for (const auto& file : o.files) {
+    indexes_.push_back(load_or_build_index(file, o.index_cache_dir, &damage));
+    first_record_.push_back(first_record_.back() + static_cast<int64_t>(indexes_.back().size()));
+  }
+  for (const auto& d : damage) {
+    USER_CHECK(!o.fail_on_bad_record, "damaged TFRecord file ", d.file, " at byte ", d.offset, ": ",
+               d.reason, " (bad_record_policy = fail). Fix: re-create or remove the file");
+    spdlog::warn(
+        "TFRecord file {} is damaged at byte {} ({}); its records from there on are "
+        "skipped",
+        d.file, d.offset, d.reason);
+  }
+  index_bad_ = static_cast<int64_t>(damage.size());
+  USER_CHECK(index_bad_ <= o.max_bad_fraction * std::max<int64_t>(1, total_records()), index_bad_,
+             " damaged TFRecord files exceed max_bad_fraction = ", o.max_bad_fraction,
+             ". Fix: verify the data with verify-tfrecords");
+  const int64_t needed = o.training ? o.batch_size * o.world_size : o.world_size;
+  USER_CHECK(total_records() >= needed, "the TFRecord files (", o.files.front(), " ... ",
+             o.files.size(), " files) hold ", total_records(), " records, fewer than ", needed,
+             " (batch_size x ranks for training; one per rank for evaluation). ",
+             "Fix: lower batch_size or use more data");
+  start_epoch(0);
+}
+
+TFRecordSource::~TFRecordSource() { stop_epoch(); }
+
+int64_t TFRecordSource::total_records() const { return first_record_.back(); }
+
+int64_t TFRecordSource::bad_records() const { return index_bad_ + (epoch_ ? epoch_->bad : 0); }
+
+int64_t TFRecordSource::batches_per_epoch() const {
+  PlanOptions plan{options_.training, options_.seed,      options_.batch_size, 0, 1,
+                   options_.rank,     options_.world_size};
+  RecordTable table({});
+  table.first_record = first_record_;
+  const int64_t n = samples_per_rank(table, plan);
+  return (n + options_.batch_size - 1) / options_.batch_size;
+}
+
+void TFRecordSource::stop_epoch() {
+  if (!epoch_) return;
+  {
+    std::lock_guard<std::mutex> lock(epoch_->mutex);
+    epoch_->stop = true;
+    epoch_->slot_ready.notify_all();
+    epoch_->window_moved.notify_all();
+  }
+  for (auto& t : epoch_->threads) t.join();
+  epoch_.reset();
+}
+
+void TFRecordSource::start_epoch(int64_t epoch, int64_t first_batch) {
+  stop_epoch();
+  const auto& o = options_;
+  auto e = std::make_unique<Epoch>(this, options_);
+  e->epoch = epoch;
+  e->epoch_seed = mix_seed(o.seed, static_cast<uint64_t>(epoch));
+  RecordTable table({});
+  table.first_record = first_record_;
+  PlanOptions plan{o.training,      o.seed, o.batch_size, o.shuffle_buffer,
+                   o.block_records, o.rank, o.world_size};
+  std::vector<int64_t> full = rank_plan(table, plan, epoch);
+  e->position_base = std::min<int64_t>(first_batch * o.batch_size, full.size());
+  e->plan.assign(full.begin() + e->position_base, full.end());
+  e->slots.resize(e->plan.size());
+
+  // Group this rank's records by (file, block) into chunks, ordered by when they are first
+  // needed; each chunk's byte range spans only the records this rank takes from the block.
+  std::map<std::pair<int, int64_t>, size_t> chunk_of;
+  for (int64_t p = 0; p < static_cast<int64_t>(e->plan.size()); ++p) {
+    const int64_t record = e->plan[p];
+    const int file = table.file_of(record);
+    const int64_t local = record - first_record_[file];
+    const auto key = std::make_pair(file, local / std::max<int64_t>(1, o.block_records));
+    auto [it, inserted] = chunk_of.try_emplace(key, e->chunks.size());
+    const IndexEntry& entry = indexes_[file][local];
+    if (inserted) e->chunks.push_back({file, entry.offset, entry.offset + entry.size, p, {}});
+    Chunk& chunk = e->chunks[it->second];
+    chunk.begin = std::min(chunk.begin, entry.offset);
+    chunk.end = std::max(chunk.end, entry.offset + entry.size);
+    chunk.members.emplace_back(p, local);
+  }
+  Epoch* raw = e.get();
+  for (int r = 0; r < o.reader_threads; ++r)
+    e->threads.emplace_back([raw, r] { raw->read_chunks(r); });
+  for (int w = 0; w < o.decode_threads; ++w) e->threads.emplace_back([raw] { raw->decode_loop(); });
+  epoch_ = std::move(e);
+}
+
+Batch TFRecordSource::next_batch() {
+  Epoch& e = *epoch_;
+  std::unique_lock<std::mutex> lock(e.mutex);
+  const int64_t index = e.next_batch;
+  TORCH_INTERNAL_ASSERT(index * options_.batch_size < static_cast<int64_t>(e.plan.size()),
+                        "next_batch() called past the end of the epoch");
+  e.batch_done.wait(lock, [&] {
+    if (e.error) return true;
+    auto it = e.batches.find(index);
+    return it != e.batches.end() && it->second.remaining == 0;
+  });
+  if (e.error) std::rethrow_exception(e.error);
+  PendingBatch done = std::move(e.batches[index]);
+  e.batches.erase(index);
+  ++e.next_batch;
+  e.window_moved.notify_all();
+  return {done.images, done.labels};
+}
+
+}  // namespace trainer

@@ -1,0 +1,67 @@
+// The ImageNet TFRecord BatchSource: this rank's records of each epoch (data/tfrecord/
+// epoch_plan.h) read in multi-MB blocks by reader threads, decoded and augmented by a pool of
+// worker threads straight into the batch's (pinned) buffer, and handed out in a fixed order
+// through a bounded prefetch window. Results are placed by index and each sample has its own
+// seed, so the batches are the same whatever the thread counts and timing.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/augment.h"
+#include "data/batch_source.h"
+#include "data/tfrecord/index.h"
+
+namespace trainer {
+
+struct TFRecordSourceOptions {
+  std::vector<std::string> files;  // TFRecord files, e.g. from list_tfrecord_files
+  bool training = true;            // shuffle, RandomResizedCrop + flip, drop the remainder
+  int64_t batch_size = 256;        // per rank
+  uint64_t seed = 0;               // shared by all ranks; the epoch is mixed in
+  int rank = 0;
+  int world_size = 1;
+  int64_t num_classes = 1000;
+  int64_t label_offset = 1;    // subtracted from stored labels (ImageNet: 1..1000 -> 0..999)
+  TransformOptions transform;  // training flag is taken from `training`
+  bool pin_memory = false;     // batches in pinned memory, for asynchronous copies to a GPU
+  int reader_threads = 2;
+  int decode_threads = 1;
+  int64_t prefetch_batches = 2;     // decoded batches ready ahead of the consumer
+  int64_t shuffle_buffer = 1024;    // records (training)
+  int64_t block_records = 64;       // records per read; ImageNet: ~7 MB
+  std::string index_cache_dir;      // where index files go when the data folder is read-only
+  bool fail_on_bad_record = false;  // false: skip (and count) bad records
+  double max_bad_fraction = 0.001;  // skip: error once more than this fraction is bad
+};
+
+class TFRecordSource : public BatchSource {
+ public:
+  // Loads (or builds) every file's index; throws UserError for missing data, damage beyond the
+  // policy, or fewer records than one global batch (training).
+  explicit TFRecordSource(TFRecordSourceOptions options);
+  ~TFRecordSource() override;  // stops and joins the threads
+
+  int64_t batches_per_epoch() const override;
+  void start_epoch(int64_t epoch, int64_t first_batch = 0) override;
+  // Blocks until the batch is ready. Training batches always hold batch_size images (a skipped
+  // record's row is filled with another image of the batch); evaluation batches drop it.
+  Batch next_batch() override;
+
+  int64_t total_records() const;  // in all files (intact ones)
+  int64_t bad_records() const;    // skipped so far, index damage included
+
+  struct Epoch;  // one epoch's plan, buffers and threads (tfrecord_source.cpp)
+
+ private:
+  void stop_epoch();
+
+  TFRecordSourceOptions options_;
+  std::vector<std::vector<IndexEntry>> indexes_;  // per file
+  std::vector<int64_t> first_record_;             // (files + 1) prefix sums
+  int64_t index_bad_ = 0;                         // records lost to broken framing
+  std::unique_ptr<Epoch> epoch_;
+};
+
+}  // namespace trainer

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Benchmarks the input pipeline alone (no model): generates ImageNet-like JPEGs (500x375 and
+# 375x500, quality 90, 4:2:0), converts them to TFRecords, runs bench-input with 1 and 2 decode
+# threads for the training and evaluation transforms, then the peers on the same images in the
+# same run: torchvision ImageFolder + DataLoader (PIL) and tf.data with decode_and_crop_jpeg.
+# Usage: scripts/bench-input.sh  (BUILD_DIR, BENCH_DIR, IMAGES_PER_CLASS, THREADS override)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+python=$("$root/scripts/setup.sh" | tail -n 1)
+build=${BUILD_DIR:-$root/build}
+dir=${BENCH_DIR:-/tmp/bench-input}
+per_class=${IMAGES_PER_CLASS:-40}
+threads=${THREADS:-1 2}
+timed=${TIMED_IMAGES:-3000}
+
+set -x
+if [ ! -d "$dir/folder" ]; then
+  "$build/generate-dataset" --image-folder "$dir/folder" --classes 10 \
+    --images-per-class "$per_class" --width 500 --height 375 --quality 90
+  "$build/make-tfrecords" "$dir/folder" "$dir/records" --shards 4 --prefix train
+fi
+# shellcheck disable=SC2086
+"$build/bench-input" "$dir/records/train-*" --threads $threads --transforms train val \
+  --images "$timed" --reader-threads 1 --index-cache-dir "$dir/index"
+# shellcheck disable=SC2086
+"$python" "$root/scripts/bench_input_peers.py" --folder "$dir/folder" \
+  --records "$dir/records/train-*" --threads $threads --images "$timed"

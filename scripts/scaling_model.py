@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Scaling model for data-parallel ResNet-50: predicted images/s and scaling efficiency on P3 /
+P3dn clusters, from the per-step backward time, the gradient bucket schedule and the ring
+all-reduce cost 2(N-1)/N x bytes / bandwidth.
+
+Backward is simulated layer by layer in reverse: each layer's gradient is ready after its share
+of the backward time (proportional to its FLOPs, from torchvision's ResNet-50 at 224x224); buckets
+of --bucket-mb fill in that order and are all-reduced one after another on their own stream as
+soon as they are full (what the trainer does). Communication that ends after backward is exposed;
+the rest is hidden.
+
+  python3 scripts/scaling_model.py                      # the table in docs/BENCHMARKS.md
+  python3 scripts/scaling_model.py --gpu-images-per-s 1300 --bucket-mb 64
+"""
+import argparse
+
+import torch
+import torchvision
+
+# Per-node fabrics: (name, inter-node bandwidth GB/s, intra-node NVLink bus bandwidth GB/s).
+# Inter-node: line rate x efficiency (TCP sockets on P3 reach ~80% of 25 Gbps; EFA on P3dn ~85%
+# of 100 Gbps). Intra-node: NCCL all_reduce_perf bus bandwidth on 8x V100 NVLink (~130 GB/s).
+FABRICS = {
+    "p3.16xlarge": (25 / 8 * 0.80, 130.0),
+    "p3dn.24xlarge": (100 / 8 * 0.85, 130.0),
+}
+GPUS_PER_NODE = 8
+LATENCY_S = 50e-6  # per all-reduce launch and ring step start-up, order of magnitude
+
+
+def layer_profile():
+    """(gradient bytes per element-size unit, backward FLOPs) per layer, in backward order."""
+    model = torchvision.models.resnet50()
+    flops = {}
+
+    def hook(module, inputs, output):
+        if isinstance(module, torch.nn.Conv2d):
+            k = module.kernel_size[0] * module.kernel_size[1] * module.in_channels
+            flops[module] = 2 * output.numel() * k // module.groups
+        elif isinstance(module, torch.nn.Linear):
+            flops[module] = 2 * module.in_features * module.out_features
+
+    for m in model.modules():
+        if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)):
+            m.register_forward_hook(hook)
+    with torch.no_grad():
+        model(torch.zeros(1, 3, 224, 224))
+    layers = []  # (parameters, flops), forward order; BN parameters ride with their conv
+    for m in model.modules():
+        if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)):
+            layers.append([sum(p.numel() for p in m.parameters()), flops[m]])
+        elif isinstance(m, torch.nn.BatchNorm2d) and layers:
+            layers[-1][0] += sum(p.numel() for p in m.parameters())
+    return list(reversed(layers))
+
+
+def exposed_communication(layers, backward_s, bucket_bytes, element_bytes, busbw_bytes, ranks):
+    """Seconds of all-reduce that outlast backward, and the total all-reduce time."""
+    total_flops = sum(f for _, f in layers)
+    ring = 2 * (ranks - 1) / ranks
+    t, comm_end, filled, total_comm = 0.0, 0.0, 0, 0.0
+    for i, (params, flops) in enumerate(layers):
+        t += backward_s * flops / total_flops
+        filled += params * element_bytes
+        if filled >= bucket_bytes or i == len(layers) - 1:
+            duration = LATENCY_S + ring * filled / busbw_bytes
+            comm_end = max(comm_end, t) + duration
+            total_comm += duration
+            filled = 0
+    return max(0.0, comm_end - backward_s), total_comm
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--gpu-images-per-s", type=float, default=1200.0,
+                   help="one V100, mixed precision, batch 256 (NVIDIA DLE PyTorch AMP: 1,200)")
+    p.add_argument("--batch", type=int, default=256, help="images per GPU")
+    p.add_argument("--backward-fraction", type=float, default=2 / 3,
+                   help="share of the step spent in backward")
+    p.add_argument("--bucket-mb", type=float, default=25.0)
+    args = p.parse_args()
+
+    layers = layer_profile()
+    params = sum(n for n, _ in layers)
+    step_s = args.batch / args.gpu_images_per_s
+    backward_s = step_s * args.backward_fraction
+    print(f"ResNet-50: {params:,} parameters ({params * 4 / 1e6:.1f} MB fp32); one GPU "
+          f"{args.gpu_images_per_s:.0f} images/s at batch {args.batch}: step {step_s * 1e3:.0f} ms, "
+          f"backward {backward_s * 1e3:.0f} ms; buckets of {args.bucket_mb:g} MB\n")
+    print("| nodes | GPUs | fabric | wire | all-reduce ms | exposed ms | images/s | efficiency |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for fabric, (inter_gbs, nvlink_gbs) in FABRICS.items():
+        for gpus in (8, 16, 64, 160):
+            nodes = gpus // GPUS_PER_NODE
+            busbw = (nvlink_gbs if nodes == 1 else inter_gbs) * 1e9
+            for wire, element_bytes in (("fp32", 4), ("fp16", 2)):
+                exposed, comm = exposed_communication(layers, backward_s, args.bucket_mb * 2**20,
+                                                      element_bytes, busbw, gpus)
+                rate = gpus * args.batch / (step_s + exposed)
+                efficiency = rate / (gpus * args.gpu_images_per_s)
+                print(f"| {nodes} | {gpus} | {fabric} | {wire} | {comm * 1e3:.1f} | "
+                      f"{exposed * 1e3:.1f} | {rate:,.0f} | {efficiency:.1%} |")
+
+
+if __name__ == "__main__":
+    main()

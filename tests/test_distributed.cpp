@@ -1,0 +1,163 @@
+// Data parallelism on the CPU under `mpirun -np 2` and `-np 3` (ctest runs both): gradient
+// averaging, identical replicas, equivalence with one rank, equal steps on uneven shards and
+// distributed evaluation. Every rank runs every test and prints its own results.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "data/memory_source.h"
+#include "src/dist/gradient_reducer.h"
+#include "src/dist/process_group.h"
+#include "src/environment.h"
+#include "src/fit.h"
+#include "src/sources.h"
+#include "src/trainer.h"
+
+namespace trainer {
+namespace {
+
+ProcessGroup* g_group = nullptr;
+
+Config dist_config() {
+  Config c;
+  c.arch = "resnet18";
+  c.num_classes = 4;
+  c.data_source = "generated";
+  c.generated_classes = 4;
+  c.generated_train_images = 100;  // uneven: not a multiple of ranks x batch
+  c.generated_val_images = 41;
+  c.image_size = 32;
+  c.batch_size = 8;
+  c.epochs = 2;
+  c.warmup_epochs = 0;
+  c.base_lr = 0.1;
+  c.log_every_steps = 2;
+  c.bucket_mb = 1;  // several buckets even for ResNet-18
+  c.world_size = g_group->size();
+  validate_config(c);
+  return c;
+}
+
+// A batch that differs per `index` (e.g. per rank).
+Batch batch_for(int index) {
+  torch::manual_seed(100 + index);
+  return {torch::randint(0, 256, {4, 32, 32, 3}, torch::kByte), torch::randint(0, 4, {4})};
+}
+
+std::vector<torch::Tensor> grads_of(ResNet& model, const Batch& batch) {
+  for (auto& p : model->parameters()) p.mutable_grad().reset();
+  auto images = batch.images.permute({0, 3, 1, 2}).to(torch::kFloat).div(255).contiguous();
+  torch::cross_entropy_loss(model->forward(images), batch.labels).backward();
+  std::vector<torch::Tensor> out;
+  for (auto& p : model->parameters()) out.push_back(p.grad().clone());
+  return out;
+}
+
+TEST(Distributed, AllReducedGradientIsTheMeanOfPerRankGradients) {
+  for (bool predivide : {true, false}) {
+    torch::manual_seed(0);
+    ResNet model(ResNetOptions{18, 4, false});
+    std::vector<torch::Tensor> mean;  // computed locally from every rank's batch
+    for (int r = 0; r < g_group->size(); ++r) {
+      auto grads = grads_of(model, batch_for(r));
+      if (mean.empty())
+        mean = grads;
+      else
+        for (size_t i = 0; i < grads.size(); ++i) mean[i] += grads[i];
+    }
+    for (auto& g : mean) g /= g_group->size();
+
+    GradientReducer reducer(model->parameters(), *g_group, {1 << 20, predivide, torch::kFloat});
+    ASSERT_GT(reducer.bucket_count(), 1);
+    reducer.prepare_step();
+    auto own = grads_of(model, batch_for(g_group->rank()));
+    reducer.finish_step();
+    auto params = model->parameters();
+    for (size_t i = 0; i < params.size(); ++i)
+      EXPECT_TRUE(torch::allclose(params[i].grad(), mean[i], 1e-4, 1e-6))
+          << "parameter " << i << " predivide " << predivide;
+  }
+}
+
+TEST(Distributed, ReplicasStayBitwiseIdentical) {
+  Config c = dist_config();
+  c.seed = 7 + g_group->rank();  // different seeds: rank 0's weights must win the broadcast
+  Sources sources = make_sources(c, torch::kCPU, g_group->rank());
+  Trainer trainer(c, torch::kCPU, g_group);
+  sources.train->start_epoch(0);
+  for (int step = 0; step < 3; ++step) trainer.train_step(sources.train->next_batch(), 0.1);
+  trainer.sync_buffers();
+  for (const auto& item : trainer.model()->named_parameters()) {
+    auto rank0 = item.value().detach().clone();
+    g_group->broadcast_(rank0, 0);
+    EXPECT_TRUE(torch::equal(rank0, item.value())) << item.key();
+  }
+}
+
+TEST(Distributed, SameBatchOnEveryRankReproducesOneRank) {
+  Config c = dist_config();
+  Trainer distributed(c, torch::kCPU, g_group);
+  Trainer alone(c, torch::kCPU);
+  for (int step = 0; step < 3; ++step) {
+    const Batch batch = batch_for(step);  // the same on every rank
+    distributed.train_step(batch, 0.1);
+    alone.train_step(batch, 0.1);
+  }
+  auto expected = alone.model()->named_parameters();
+  for (const auto& item : distributed.model()->named_parameters())
+    EXPECT_TRUE(torch::allclose(item.value(), expected[item.key()], 1e-4, 1e-5))  // rounding of /N
+        << item.key() << " max difference "
+        << (item.value() - expected[item.key()]).abs().max().item<double>();
+}
+
+TEST(Distributed, UnevenShardsRunEqualStepsAndFinish) {
+  Config c = dist_config();
+  c.resume = "none";
+  c.output_dir = (std::filesystem::temp_directory_path() / "trainer_dist_uneven").string();
+  Sources sources = make_sources(c, torch::kCPU, g_group->rank());
+  const auto per_rank = g_group->allgather(double(sources.train->batches_per_epoch()));
+  for (double n : per_rank) EXPECT_EQ(n, per_rank[0]);
+  EXPECT_EQ(per_rank[0], 100 / g_group->size() / 8);
+  Trainer trainer(c, torch::kCPU, g_group);
+  MetricsLog metrics("");
+  FitResult result = fit(trainer, c, *sources.train, nullptr, metrics);
+  for (double steps : g_group->allgather(double(result.steps))) EXPECT_EQ(steps, 2 * per_rank[0]);
+}
+
+TEST(Distributed, EvaluationCountsEveryImageOnceAndMatchesOneRank) {
+  Config c = dist_config();
+  Sources sharded = make_sources(c, torch::kCPU, g_group->rank());
+  Trainer trainer(c, torch::kCPU, g_group);
+  sharded.train->start_epoch(0);
+  trainer.train_step(sharded.train->next_batch(), 0.1);  // a model that is not at chance
+  trainer.sync_buffers();
+  EvalResult distributed = trainer.evaluate(*sharded.val);
+
+  Config one = c;
+  one.world_size = 1;
+  Sources whole = make_sources(one, torch::kCPU, 0);
+  Trainer local(one, torch::kCPU);
+  load_state_dict(*local.model(), state_dict(*trainer.model()));
+  EvalResult expected = local.evaluate(*whole.val);
+  EXPECT_EQ(distributed.images, 41);
+  EXPECT_EQ(distributed.top1_correct, expected.top1_correct);
+  EXPECT_EQ(distributed.top5_correct, expected.top5_correct);
+}
+
+}  // namespace
+}  // namespace trainer
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  trainer::Environment env = trainer::read_environment();
+  if (!env.under_mpi) {
+    std::printf("test_distributed runs under mpirun (ctest does this); nothing to do alone\n");
+    return 0;
+  }
+  int result = 0;
+  {
+    trainer::ProcessGroup group(env);
+    trainer::g_group = &group;
+    result = RUN_ALL_TESTS();
+  }
+  return result;
+}

@@ -1,0 +1,120 @@
+"""`mpirun -np N train` on the CPU: a run completes and logs its world; a rank that throws, a
+rank killed with SIGKILL and a rank that stops answering each end the whole job with a non-zero
+status within the timeout, leaving no process behind."""
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import binary
+
+pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None, reason="OpenMPI not installed")
+
+SMALL = ["--arch", "resnet18", "--num_classes", "4", "--data_source", "generated",
+         "--generated_classes", "4", "--generated_train_images", "96",
+         "--generated_val_images", "20", "--image_size", "32", "--batch_size", "8",
+         "--epochs", "2", "--warmup_epochs", "0", "--log_every_steps", "2", "--device", "cpu",
+         "--collective_timeout_s", "10"]
+
+MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_btl_vader_single_copy_mechanism="none", OMP_NUM_THREADS="1")
+
+
+def mpirun(*ranks):
+    """mpirun argv: each element of `ranks` is one rank's train arguments (MPMD)."""
+    argv = ["mpirun", "--oversubscribe"]
+    for i, args in enumerate(ranks):
+        argv += ([":"] if i else []) + ["-np", "1", str(binary("train")), *map(str, args)]
+    return argv
+
+
+def train_processes(marker):
+    """PIDs of `train` processes whose command line contains `marker` (mpirun's is not one)."""
+    out = subprocess.run(["pgrep", "-x", "train"], capture_output=True, text=True)
+    pids = []
+    for pid in out.stdout.split():
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if str(marker).encode() in f.read():
+                    pids.append(pid)
+        except FileNotFoundError:
+            pass
+    return pids
+
+
+def start(argv):
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=MPI_ENV, start_new_session=True)
+
+
+def wait_for_line(proc, text, timeout=300):
+    deadline = time.time() + timeout
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if text in line or time.time() > deadline:
+            return "".join(seen)
+    return "".join(seen)
+
+
+def test_two_ranks_train_and_log_their_world(tmp_path):
+    args = [*SMALL, "--output_dir", tmp_path]
+    result = subprocess.run(mpirun(args, args), capture_output=True, text=True, env=MPI_ENV,
+                            timeout=600)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert "world: 2 rank(s) on 1 host(s)" in out
+    assert "slowest rank" in out
+    assert "final: top-1" in out
+    assert len(list((tmp_path / "checkpoints").glob("checkpoint-*.pt"))) == 2
+
+
+def test_a_rank_that_throws_ends_the_job(tmp_path):
+    good = [*SMALL, "--output_dir", tmp_path]
+    bad = [*good, "--resume", tmp_path / "missing.pt"]  # rank 1 fails after MPI/NCCL set-up
+    start_time = time.time()
+    result = subprocess.run(mpirun(good, bad), capture_output=True, text=True, env=MPI_ENV,
+                            timeout=120)
+    out = result.stdout + result.stderr
+    assert result.returncode != 0, out
+    assert "rank 1" in out and "missing.pt" in out
+    assert time.time() - start_time < 60
+    assert not train_processes(tmp_path)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP])
+def test_a_killed_or_stuck_rank_ends_the_job(tmp_path, sig):
+    args = [*SMALL, "--epochs", "500", "--output_dir", tmp_path]
+    proc = start(mpirun(args, args))
+    try:
+        out = wait_for_line(proc, "step 2/")
+        ranks = train_processes(tmp_path)
+        assert len(ranks) == 2, out
+        start_time = time.time()
+        os.kill(int(ranks[-1]), sig)
+        rest, _ = proc.communicate(timeout=120)
+        assert proc.returncode != 0, out + rest
+        assert time.time() - start_time < 60  # collective_timeout_s is 10
+        if sig == signal.SIGSTOP:
+            assert "has not finished after 10 s" in rest
+        time.sleep(1)
+        assert not train_processes(tmp_path)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        for pid in train_processes(tmp_path):
+            os.kill(int(pid), signal.SIGKILL)
+
+
+def test_bench_allreduce_reports_correct_sums():
+    result = subprocess.run(["mpirun", "--oversubscribe", "-np", "3", str(binary("bench-allreduce")),
+                             "--min-bytes", "4K", "--max-bytes", "1M", "--iters", "3"],
+                            capture_output=True, text=True, env=MPI_ENV, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = [line.split() for line in result.stdout.splitlines() if not line.startswith("#")]
+    assert [int(r[0]) for r in rows] == [4096 * 2**i for i in range(9)]
+    assert all(r[-1] == "0" for r in rows)  # every element summed right on every rank
+    assert all(float(r[5]) > 0 for r in rows)  # busbw

@@ -1,0 +1,160 @@
+// TFRecord framing, CRC32C, index files, file listing and the Example parser.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "data/image_example.h"
+#include "data/tfrecord/crc32c.h"
+#include "data/tfrecord/file.h"
+#include "data/tfrecord/index.h"
+#include "data/tfrecord/record.h"
+#include "src/check.h"
+#include "tests/tfrecord_test_util.h"
+
+namespace trainer {
+namespace {
+
+using testing::TempDir;
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary).write(bytes.data(), bytes.size());
+}
+
+TEST(Crc32c, KnownVectors) {
+  EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);  // the standard check value
+  const std::string zeros(32, '\0'), ones(32, '\xff');
+  EXPECT_EQ(crc32c(zeros.data(), 32), 0x8A9136AAu);  // RFC 3720 B.4
+  EXPECT_EQ(crc32c(ones.data(), 32), 0x62A8AB43u);
+  // Continuation equals one pass; odd lengths exercise the byte tail.
+  const std::string text = "The quick brown fox jumps over the lazy dog";
+  EXPECT_EQ(crc32c(text.data() + 5, text.size() - 5, crc32c(text.data(), 5)),
+            crc32c(text.data(), text.size()));
+  EXPECT_EQ(mask_crc(0), 0xa282ead8u);
+}
+
+TEST(Record, FrameAndParseRoundTrip) {
+  for (const std::string payload : {std::string(), std::string("x"), std::string(5000, 'a')}) {
+    const std::string framed = frame_record(payload);
+    ASSERT_EQ(framed.size(), payload.size() + kRecordOverhead);
+    std::string_view out;
+    int64_t size = 0;
+    ASSERT_EQ(
+        parse_record(reinterpret_cast<const uint8_t*>(framed.data()), framed.size(), &out, &size),
+        RecordStatus::kOk);
+    EXPECT_EQ(out, payload);
+    EXPECT_EQ(size, static_cast<int64_t>(framed.size()));
+  }
+}
+
+TEST(Record, DetectsEveryKindOfDamage) {
+  const std::string good = frame_record("hello tfrecord");
+  auto status = [](std::string bytes) {
+    std::string_view out;
+    int64_t size = 0;
+    return parse_record(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), &out, &size);
+  };
+  std::string bad_length = good, bad_length_crc = good, bad_payload = good, bad_crc = good;
+  bad_length[0] ^= 1;
+  bad_length_crc[9] ^= 1;
+  bad_payload[14] ^= 1;
+  bad_crc.back() ^= 1;
+  EXPECT_EQ(status(bad_length), RecordStatus::kBadLengthCrc);
+  EXPECT_EQ(status(bad_length_crc), RecordStatus::kBadLengthCrc);
+  EXPECT_EQ(status(bad_payload), RecordStatus::kBadDataCrc);
+  EXPECT_EQ(status(bad_crc), RecordStatus::kBadDataCrc);
+  for (size_t cut : {size_t(0), size_t(5), size_t(12), good.size() - 1})
+    EXPECT_EQ(status(good.substr(0, cut)), RecordStatus::kTruncated) << cut;
+}
+
+TEST(Index, WriterScanAndFileAgree) {
+  TempDir dir;
+  RecordWriter writer(dir.file("data"));
+  for (int i = 0; i < 5; ++i) writer.write(std::string(100 * i + 1, char('a' + i)));
+  writer.close();
+  ScanResult scan = scan_tfrecord_file(dir.file("data"), /*check_payload_crc=*/true);
+  EXPECT_TRUE(scan.bad.empty());
+  EXPECT_EQ(scan.entries, writer.index());
+  ASSERT_TRUE(write_index_file(dir.file("data.idx"), scan.entries));
+  EXPECT_EQ(read_index_file(dir.file("data.idx")), writer.index());
+  // DALI's format: "<offset> <size>" per line.
+  EXPECT_EQ(read_file(dir.file("data.idx")).substr(0, 7), "0 17\n17");
+}
+
+TEST(Index, BuiltBesideDataOrInCacheAndRebuiltWhenStale) {
+  TempDir dir;
+  const auto files = testing::write_dataset(dir, {3});
+  std::vector<BadRecord> bad;
+  auto entries = load_or_build_index(files[0], dir.file("cache"), &bad);
+  EXPECT_EQ(entries.size(), 3u);
+  EXPECT_TRUE(std::filesystem::exists(files[0] + ".idx"));
+  write_file(files[0] + ".idx", "0 17\n");  // stale: does not cover the file
+  EXPECT_EQ(load_or_build_index(files[0], "", &bad).size(), 3u);
+  write_file(files[0] + ".idx", "zero seventeen\n");
+  EXPECT_THROW(load_or_build_index(files[0], "", &bad), UserError);
+  EXPECT_TRUE(bad.empty());
+  EXPECT_NE(cached_index_path(files[0], "/c"), cached_index_path(dir.file("other"), "/c"));
+}
+
+TEST(Index, TruncatedFileKeepsIntactRecordsAndReportsTheRest) {
+  TempDir dir;
+  const auto files = testing::write_dataset(dir, {4});
+  const std::string bytes = read_file(files[0]);
+  write_file(files[0], bytes.substr(0, bytes.size() - 10));
+  std::vector<BadRecord> bad;
+  const auto entries = load_or_build_index(files[0], dir.file("cache"), &bad);
+  EXPECT_EQ(entries.size(), 3u);
+  ASSERT_EQ(bad.size(), 1u);
+  EXPECT_EQ(bad[0].offset, entries.back().offset + entries.back().size);
+  EXPECT_EQ(bad[0].reason, "truncated record");
+}
+
+TEST(Files, GlobDirectoryAndClearErrors) {
+  TempDir dir;
+  testing::write_dataset(dir, {1, 1});
+  write_file(dir.file("train-10000.idx"), "");
+  EXPECT_EQ(list_tfrecord_files(dir.path().string(), "train_data").size(), 2u);
+  EXPECT_EQ(list_tfrecord_files(dir.file("train-*"), "train_data").size(), 2u);
+  std::filesystem::create_directories(dir.file("empty"));
+  try {
+    list_tfrecord_files(dir.file("empty"), "val_data");
+    FAIL() << "expected UserError";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("val_data"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("empty directory"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(list_tfrecord_files(dir.file("validation-*"), "val_data"), UserError);
+  EXPECT_THROW(list_tfrecord_files(dir.file("missing/"), "train_data"), UserError);
+  EXPECT_THROW(list_tfrecord_files("", "train_data"), UserError);
+}
+
+TEST(Example, RoundTripAndMissingFeatures) {
+  ImageExample in;
+  in.encoded = std::string("\xff\xd8\xff jpeg bytes \0 with nul", 26);
+  in.label = 417;
+  in.height = 375;
+  in.width = 500;
+  in.filename = "n01440764_10026.JPEG";
+  in.synset = "n01440764";
+  ImageExample out;
+  std::string error;
+  ASSERT_TRUE(parse_image_example(serialize_image_example(in), &out, &error)) << error;
+  EXPECT_EQ(out.encoded, in.encoded);
+  EXPECT_EQ(out.label, 417);
+  EXPECT_EQ(out.height, 375);
+  EXPECT_EQ(out.width, 500);
+  EXPECT_EQ(out.filename, in.filename);
+  EXPECT_EQ(out.synset, in.synset);
+  EXPECT_EQ(out.format, "JPEG");
+  EXPECT_FALSE(parse_image_example("\x0a\x05garbage", &out, &error));
+  EXPECT_FALSE(parse_image_example("", &out, &error));  // an empty Example: no features
+  EXPECT_EQ(error, "missing feature image/encoded");
+}
+
+}  // namespace
+}  // namespace trainer

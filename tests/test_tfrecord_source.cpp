@@ -1,0 +1,182 @@
+// The TFRecord batch source end to end on small generated files: batch shapes and labels,
+// determinism whatever the thread counts, equal steps on all ranks, evaluation counting each
+// image once, and the bad-record policies.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "data/tfrecord_source.h"
+#include "src/check.h"
+#include "tests/tfrecord_test_util.h"
+
+namespace trainer {
+namespace {
+
+using testing::TempDir;
+
+TFRecordSourceOptions options(const std::vector<std::string>& files, bool training) {
+  TFRecordSourceOptions o;
+  o.files = files;
+  o.training = training;
+  o.batch_size = 4;
+  o.seed = 5;
+  o.num_classes = 10;
+  o.transform.image_size = 32;
+  o.transform.val_resize = 36;
+  o.shuffle_buffer = 8;
+  o.block_records = 4;
+  o.prefetch_batches = 2;
+  return o;
+}
+
+std::vector<Batch> epoch(TFRecordSource& source, int64_t e) {
+  source.start_epoch(e);
+  std::vector<Batch> out;
+  for (int64_t b = 0; b < source.batches_per_epoch(); ++b) out.push_back(source.next_batch());
+  return out;
+}
+
+void corrupt_byte(const std::string& path, int64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(offset);
+  char c = 0;
+  f.read(&c, 1);
+  c ^= 0x5a;
+  f.seekp(offset);
+  f.write(&c, 1);
+}
+
+TEST(TFRecordSource, BatchesAreDeterministicWhateverTheThreadCounts) {
+  TempDir dir;
+  const auto files = testing::write_dataset(dir, {20, 13, 7});
+  auto o = options(files, true);
+  TFRecordSource one(o);
+  o.decode_threads = 3;
+  o.reader_threads = 3;
+  o.prefetch_batches = 1;
+  TFRecordSource many(o);
+  ASSERT_EQ(one.batches_per_epoch(), 10);
+  const auto a = epoch(one, 0), b = epoch(many, 0), c = epoch(one, 1);
+  ASSERT_EQ(a.size(), 10u);
+  bool epochs_differ = false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].images.sizes(), (std::vector<int64_t>{4, 32, 32, 3}));
+    EXPECT_EQ(a[i].images.scalar_type(), at::kByte);
+    EXPECT_TRUE(a[i].images.equal(b[i].images)) << "batch " << i;
+    EXPECT_TRUE(a[i].labels.equal(b[i].labels));
+    EXPECT_GE(a[i].labels.min().item<int64_t>(), 0);  // stored 1..10 became 0..9
+    EXPECT_LE(a[i].labels.max().item<int64_t>(), 9);
+    epochs_differ |= !a[i].labels.equal(c[i].labels);
+  }
+  EXPECT_TRUE(epochs_differ);
+  // Resuming mid-epoch yields the same remaining batches.
+  one.start_epoch(0, 7);
+  EXPECT_TRUE(one.next_batch().images.equal(a[7].images));
+}
+
+TEST(TFRecordSource, EqualStepsOnEveryRankAndEvaluationCountsEachImageOnce) {
+  TempDir dir;
+  const auto files = testing::write_dataset(dir, {17, 2, 11});
+  for (int world : {1, 3, 4}) {
+    int64_t eval_images = 0;
+    for (int rank = 0; rank < world; ++rank) {
+      auto o = options(files, true);
+      o.rank = rank;
+      o.world_size = world;
+      TFRecordSource train(o);
+      EXPECT_EQ(train.batches_per_epoch(), 30 / (4 * world));
+      o.training = false;
+      TFRecordSource val(o);
+      for (const Batch& b : epoch(val, 0)) {
+        EXPECT_EQ(b.images.size(0), b.labels.size(0));
+        eval_images += b.images.size(0);
+      }
+    }
+    EXPECT_EQ(eval_images, 30) << "world " << world;
+  }
+}
+
+TEST(TFRecordSource, LabelOffsetZeroKeepsStoredLabels) {
+  TempDir dir;
+  const auto files = testing::write_dataset(dir, {12});
+  auto o = options(files, false);
+  o.label_offset = 0;
+  o.num_classes = 11;
+  TFRecordSource source(o);
+  const auto batches = epoch(source, 0);
+  EXPECT_EQ(batches[0].labels[0].item<int64_t>(), 1);  // record 0: stored label 1, in order
+}
+
+TEST(TFRecordSource, SkipPolicyDropsBadRecordsAndFailPolicyStops) {
+  TempDir dir;
+  const auto files = testing::write_dataset(dir, {12, 12});
+  {
+    TFRecordSource build_indexes(options(files, false));  // writes the .idx files
+  }
+  corrupt_byte(files[1], 200);  // inside record 0's payload: a payload CRC mismatch
+  auto o = options(files, false);
+  o.max_bad_fraction = 0.1;
+  TFRecordSource skip(o);
+  int64_t images = 0;
+  for (const Batch& b : epoch(skip, 0)) images += b.images.size(0);
+  EXPECT_EQ(images, 23);  // evaluation drops the record and counts nothing twice
+  EXPECT_EQ(skip.bad_records(), 1);
+  o.training = true;
+  TFRecordSource train(o);
+  for (const Batch& b : epoch(train, 0)) EXPECT_EQ(b.images.size(0), 4);  // kept full
+
+  o.fail_on_bad_record = true;
+  o.training = false;
+  TFRecordSource fail(o);
+  try {
+    epoch(fail, 0);
+    FAIL() << "expected UserError";
+  } catch (const UserError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(files[1] + " at byte 0"), std::string::npos) << message;
+    EXPECT_NE(message.find("CRC"), std::string::npos) << message;
+  }
+  o.fail_on_bad_record = false;
+  o.max_bad_fraction = 0.0;
+  TFRecordSource too_many(o);
+  EXPECT_THROW(epoch(too_many, 0), UserError);
+}
+
+TEST(TFRecordSource, LabelOutOfRangeAndUndecodableImagesAreBadRecords) {
+  TempDir dir;
+  const auto files = testing::write_dataset(dir, {10});
+  auto o = options(files, false);
+  o.num_classes = 5;  // stored labels go up to 10
+  o.fail_on_bad_record = true;
+  TFRecordSource source(o);
+  try {
+    epoch(source, 0);
+    FAIL() << "expected UserError";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("outside [0, num_classes = 5)"), std::string::npos)
+        << e.what();
+  }
+  TempDir bad_dir;
+  RecordWriter writer(bad_dir.file("train-0"));
+  ImageExample e;
+  e.encoded = "\xff\xd8\xff\xe0 not really a jpeg";
+  e.label = 1;
+  for (int i = 0; i < 4; ++i) writer.write(serialize_image_example(e));
+  writer.write("not an example at all");
+  writer.close();
+  auto b = options({bad_dir.file("train-0")}, false);
+  b.max_bad_fraction = 1.0;
+  TFRecordSource skip_all(b);
+  EXPECT_THROW(epoch(skip_all, 0), UserError);  // every record of a batch is bad: data damaged
+}
+
+TEST(TFRecordSource, TooLittleDataIsAClearError) {
+  TempDir dir;
+  const auto files = testing::write_dataset(dir, {3});
+  auto o = options(files, true);
+  EXPECT_THROW(TFRecordSource{o}, UserError);  // 3 records < one batch of 4
+}
+
+}  // namespace
+}  // namespace trainer
