@@ -7,6 +7,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 target=${1:?usage: $0 TARGET}
 manifest=$root/build/k8s/$target.yaml
+mkdir -p "$(dirname "$manifest")"
 
 echo "+ scripts/k8s-render.sh $* > $manifest" >&2
 "$root/scripts/k8s-render.sh" "$@" >"$manifest"
