@@ -33,6 +33,7 @@ Environment read_environment() {
   }
   env.under_mpi = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK");
   env.nccl_debug_set = std::getenv("NCCL_DEBUG") != nullptr;
+  env.omp_num_threads_set = std::getenv("OMP_NUM_THREADS") != nullptr;
   for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE"}) {
     if (const char* value = std::getenv(name)) {
       env.local_size = std::max(1, parse_rank(name, value));

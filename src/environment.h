@@ -17,7 +17,8 @@ struct Environment {
   // Started by mpirun (OMPI_COMM_WORLD_SIZE or PMIX_RANK set): MPI is initialised. Started alone,
   // the process is a world of one and needs no MPI daemon.
   bool under_mpi = false;
-  bool nccl_debug_set = false;  // the user chose NCCL_DEBUG; leave NCCL's logging as it is
+  bool nccl_debug_set = false;       // the user chose NCCL_DEBUG; leave NCCL's logging as it is
+  bool omp_num_threads_set = false;  // the user chose OMP_NUM_THREADS for LibTorch's CPU threads
 };
 
 // Asks NCCL to log its initialisation and network choice to `path` (NCCL_DEBUG=INFO,

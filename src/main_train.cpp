@@ -3,6 +3,7 @@
 // job is ended, and the exit status tells the launcher what happened (0 done, 1 internal error,
 // 2 user error: configuration, data or environment, 128 + signal when stopped by a signal).
 #include <ATen/Context.h>
+#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 #include <spdlog/spdlog.h>
 
@@ -12,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include "src/benchmark.h"
 #include "src/check.h"
@@ -82,6 +84,11 @@ int run(int argc, char** argv, std::unique_ptr<ProcessGroup>& group) {
                       "] [%^%l%$] %v");
   if (group->rank() != 0) spdlog::set_level(spdlog::level::warn);  // rank 0 speaks for all
 
+  // LibTorch's CPU threads: the node's cores shared by its ranks. Under mpirun LibTorch would
+  // otherwise start with one thread whatever the cores.
+  if (!env.omp_num_threads_set)
+    at::set_num_threads(
+        static_cast<int>(std::max(1u, std::thread::hardware_concurrency() / group->local_size())));
   const c10::Device device = select_device(config.device, group->local_rank());
   check_precision_supported(config.precision, device);
   at::globalContext().setBenchmarkCuDNN(config.cudnn_benchmark);
