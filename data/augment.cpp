@@ -45,16 +45,19 @@ CropRect centre_crop_region(ImageSize image, int resize, int crop) {
 
 bool transform_image(std::string_view encoded, const TransformOptions& options, uint64_t seed,
                      uint8_t* out, std::string* error) {
-  ImageSize size;
-  if (!encoded_image_size(encoded, &size, error)) return false;
   const int s = options.image_size;
-  if (!options.training)
-    return decode_crop_resize(encoded, centre_crop_region(size, options.val_resize, s), s, s, out,
-                              error);
+  if (!options.training) {
+    auto centre = [&](ImageSize size) { return centre_crop_region(size, options.val_resize, s); };
+    return decode_crop_resize(encoded, centre, s, s, out, error);
+  }
   std::mt19937_64 rng(seed);
-  const CropRect crop = random_resized_crop(size, rng, options.crop);
-  const bool flip = (rng() >> 63) != 0;
-  if (!decode_crop_resize(encoded, crop, s, s, out, error)) return false;
+  bool flip = false;
+  auto random_crop = [&](ImageSize size) {  // crop first, then flip: the seed's fixed order
+    const CropRect crop = random_resized_crop(size, rng, options.crop);
+    flip = (rng() >> 63) != 0;
+    return crop;
+  };
+  if (!decode_crop_resize(encoded, random_crop, s, s, out, error)) return false;
   if (flip) {
     for (int y = 0; y < s; ++y) {
       uint8_t* row = out + size_t(y) * s * 3;

@@ -73,8 +73,8 @@ void cmyk_to_rgb(const uint8_t* cmyk, uint8_t* rgb, int pixels, bool inverted) {
 
 // Decodes the part of the JPEG covering `crop` (clipped to the image). Only POD locals live
 // across setjmp; the vectors are sized before any libjpeg call can jump.
-bool decode_jpeg_region(std::string_view data, CropRect crop, int out_w, int out_h, Region* region,
-                        std::string* error) {
+bool decode_jpeg_region(std::string_view data, const CropChooser& choose_crop, int out_w, int out_h,
+                        Region* region, std::string* error) {
   jpeg_decompress_struct cinfo;
   ErrorManager err;
   cinfo.err = jpeg_std_error(&err.pub);
@@ -97,6 +97,7 @@ bool decode_jpeg_region(std::string_view data, CropRect crop, int out_w, int out
     *error = "JPEG of " + std::to_string(W) + "x" + std::to_string(H) + " pixels is too large";
     return false;
   }
+  CropRect crop = choose_crop({W, H});
   crop.x = std::clamp(crop.x, 0, W - 1);
   crop.y = std::clamp(crop.y, 0, H - 1);
   crop.width = std::clamp(crop.width, 1, W - crop.x);
@@ -146,9 +147,11 @@ bool decode_jpeg_region(std::string_view data, CropRect crop, int out_w, int out
   return true;
 }
 
-bool decode_other_region(std::string_view data, CropRect crop, Region* region, std::string* error) {
+bool decode_other_region(std::string_view data, const CropChooser& choose_crop, Region* region,
+                         std::string* error) {
   cv::Mat rgb;
   if (!decode_full(data, &rgb, error)) return false;
+  CropRect crop = choose_crop({rgb.cols, rgb.rows});
   crop.x = std::clamp(crop.x, 0, rgb.cols - 1);
   crop.y = std::clamp(crop.y, 0, rgb.rows - 1);
   region->width = rgb.cols;
@@ -192,13 +195,19 @@ bool encoded_image_size(std::string_view data, ImageSize* size, std::string* err
 
 bool decode_crop_resize(std::string_view data, const CropRect& crop, int out_width, int out_height,
                         uint8_t* out, std::string* error, int* scale_eighths) {
+  return decode_crop_resize(
+      data, [&](ImageSize) { return crop; }, out_width, out_height, out, error, scale_eighths);
+}
+
+bool decode_crop_resize(std::string_view data, const CropChooser& choose_crop, int out_width,
+                        int out_height, uint8_t* out, std::string* error, int* scale_eighths) {
   // One region buffer per decode thread, reused: a fresh ~0.5 MB buffer per image costs an mmap,
   // page faults on every page and an munmap, about a tenth of the decode time.
   thread_local Region region;
   region.scale = 8;
   const bool ok = is_jpeg(data)
-                      ? decode_jpeg_region(data, crop, out_width, out_height, &region, error)
-                      : decode_other_region(data, crop, &region, error);
+                      ? decode_jpeg_region(data, choose_crop, out_width, out_height, &region, error)
+                      : decode_other_region(data, choose_crop, &region, error);
   if (!ok) return false;
   if (region.width <= 0 || region.height <= 0) {
     *error = "image decoded to an empty region";

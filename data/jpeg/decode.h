@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -31,6 +32,13 @@ bool encoded_image_size(std::string_view data, ImageSize* size, std::string* err
 // scale used (8 = full size). False + `error` for undecodable, truncated or oversized images.
 bool decode_crop_resize(std::string_view data, const CropRect& crop, int out_width, int out_height,
                         uint8_t* out, std::string* error, int* scale_eighths = nullptr);
+
+// The same, with the crop chosen from the image's size once its header is read (the header is
+// parsed once: RandomResizedCrop needs the size before it can pick the crop).
+using CropChooser = std::function<CropRect(ImageSize)>;
+bool decode_crop_resize(std::string_view data, const CropChooser& choose_crop, int out_width,
+                        int out_height, uint8_t* out, std::string* error,
+                        int* scale_eighths = nullptr);
 
 // The whole image as RGB (H, W, 3) uint8 (full-resolution reference; the verifier).
 bool decode_full(std::string_view data, cv::Mat* rgb, std::string* error);
