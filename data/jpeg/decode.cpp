@@ -41,6 +41,22 @@ void on_message(j_common_ptr cinfo, int level) {
     reinterpret_cast<ErrorManager*>(cinfo->err)->truncated = true;
 }
 
+// Routes libjpeg's errors and warnings to `err` (the caller then sets its setjmp point).
+void attach_error_manager(jpeg_decompress_struct& cinfo, ErrorManager& err) {
+  cinfo.err = jpeg_std_error(&err.pub);
+  err.pub.error_exit = on_error;
+  err.pub.emit_message = on_message;
+  err.truncated = false;
+}
+
+// Creates the decompressor over `data` and reads the header; may longjmp to the caller's setjmp.
+void read_jpeg_header(jpeg_decompress_struct& cinfo, std::string_view data) {
+  jpeg_create_decompress(&cinfo);
+  jpeg_mem_src(&cinfo, reinterpret_cast<const unsigned char*>(data.data()),
+               static_cast<unsigned long>(data.size()));
+  jpeg_read_header(&cinfo, TRUE);
+}
+
 // A decoded region of a JPEG at some DCT scale, and where the requested crop lies in it.
 struct Region {
   std::vector<uint8_t> pixels;  // (height, width, 3) RGB
@@ -77,20 +93,14 @@ bool decode_jpeg_region(std::string_view data, const CropChooser& choose_crop, i
                         Region* region, std::string* error) {
   jpeg_decompress_struct cinfo;
   ErrorManager err;
-  cinfo.err = jpeg_std_error(&err.pub);
-  err.pub.error_exit = on_error;
-  err.pub.emit_message = on_message;
-  err.truncated = false;
+  attach_error_manager(cinfo, err);
   std::vector<uint8_t> row;  // one scanline (CMYK input only)
   if (setjmp(err.jump)) {
     jpeg_destroy_decompress(&cinfo);
     *error = std::string("JPEG decode failed: ") + err.message;
     return false;
   }
-  jpeg_create_decompress(&cinfo);
-  jpeg_mem_src(&cinfo, reinterpret_cast<const unsigned char*>(data.data()),
-               static_cast<unsigned long>(data.size()));
-  jpeg_read_header(&cinfo, TRUE);
+  read_jpeg_header(cinfo, data);
   const int W = static_cast<int>(cinfo.image_width), H = static_cast<int>(cinfo.image_height);
   if (int64_t(W) * H > kMaxPixels || W <= 0 || H <= 0) {
     jpeg_destroy_decompress(&cinfo);
@@ -170,18 +180,13 @@ bool encoded_image_size(std::string_view data, ImageSize* size, std::string* err
   if (is_jpeg(data)) {
     jpeg_decompress_struct cinfo;
     ErrorManager err;
-    cinfo.err = jpeg_std_error(&err.pub);
-    err.pub.error_exit = on_error;
-    err.pub.emit_message = on_message;
+    attach_error_manager(cinfo, err);
     if (setjmp(err.jump)) {
       jpeg_destroy_decompress(&cinfo);
       *error = std::string("JPEG header unreadable: ") + err.message;
       return false;
     }
-    jpeg_create_decompress(&cinfo);
-    jpeg_mem_src(&cinfo, reinterpret_cast<const unsigned char*>(data.data()),
-                 static_cast<unsigned long>(data.size()));
-    jpeg_read_header(&cinfo, TRUE);
+    read_jpeg_header(cinfo, data);
     size->width = static_cast<int>(cinfo.image_width);
     size->height = static_cast<int>(cinfo.image_height);
     jpeg_destroy_decompress(&cinfo);

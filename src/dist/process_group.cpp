@@ -61,7 +61,8 @@ std::atomic<bool> g_aborting{false};
 
 }  // namespace
 
-ProcessGroup::ProcessGroup(const Environment& env) : uses_mpi_(env.under_mpi) {
+ProcessGroup::ProcessGroup(const Environment& env)
+    : uses_mpi_(env.under_mpi), capture_nccl_log_(!env.nccl_debug_set) {
   if (!uses_mpi_) {
     hosts_ = {env.hostname};
     local_rank_ = env.local_rank;
@@ -93,8 +94,7 @@ ProcessGroup::~ProcessGroup() {
 std::string ProcessGroup::init_nccl(c10::Device device) {
   if (!device.is_cuda() || !uses_mpi_) return "";
   const std::string log_path = "/tmp/trainer-nccl-init." + std::to_string(::getpid()) + ".log";
-  const bool capture = std::getenv("NCCL_DEBUG") == nullptr;
-  if (capture) capture_nccl_init_log(log_path);
+  if (capture_nccl_log_) capture_nccl_init_log(log_path);
   ncclUniqueId id;
   if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
   MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
@@ -102,7 +102,8 @@ std::string ProcessGroup::init_nccl(c10::Device device) {
   NCCL_CHECK(ncclCommInitRank(&nccl_, size_, id, rank_));
   int version = 0;
   NCCL_CHECK(ncclGetVersion(&version));
-  const std::string network = capture ? nccl_network_from_log(log_path) : "see NCCL_DEBUG output";
+  const std::string network =
+      capture_nccl_log_ ? nccl_network_from_log(log_path) : "see NCCL_DEBUG output";
   std::remove(log_path.c_str());
   return "NCCL " + std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) +
          "." + std::to_string(version % 100) + ", network: " + network;

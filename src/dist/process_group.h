@@ -56,6 +56,7 @@ class ProcessGroup {
 
  private:
   bool uses_mpi_ = false;
+  bool capture_nccl_log_ = false;  // the user left NCCL_DEBUG unset: report NCCL's network choice
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   std::vector<std::string> hosts_;
   ncclComm_t nccl_ = nullptr;
