@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <opencv2/core.hpp>
 
 namespace trainer {
 
@@ -59,11 +60,8 @@ bool transform_image(std::string_view encoded, const TransformOptions& options, 
   };
   if (!decode_crop_resize(encoded, random_crop, s, s, out, error)) return false;
   if (flip) {
-    for (int y = 0; y < s; ++y) {
-      uint8_t* row = out + size_t(y) * s * 3;
-      for (int a = 0, b = s - 1; a < b; ++a, --b)
-        for (int c = 0; c < 3; ++c) std::swap(row[a * 3 + c], row[b * 3 + c]);
-    }
+    cv::Mat image(s, s, CV_8UC3, out);
+    cv::flip(image, image, 1);  // in place, around the vertical axis
   }
   return true;
 }

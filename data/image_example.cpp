@@ -63,6 +63,35 @@ bool parse_image_example(std::string_view payload, ImageExample* out, std::strin
   return true;
 }
 
+ImageFeatureParser::ImageFeatureParser() : message_(std::make_unique<tf::ReusableExample>()) {}
+
+ImageFeatureParser::~ImageFeatureParser() = default;
+
+bool ImageFeatureParser::parse(std::string_view payload, std::string_view* encoded, int64_t* label,
+                               std::string* error) {
+  if (!message_->ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
+    *error = "payload is not a tf.train.Example";
+    return false;
+  }
+  const tf::BytesList* image = nullptr;
+  const tf::Int64List* labels = nullptr;
+  for (const auto& entry : message_->features().feature()) {  // a map keeps a key's last entry
+    if (entry.key() == "image/encoded") image = &entry.value().bytes_list();
+    if (entry.key() == "image/class/label") labels = &entry.value().int64_list();
+  }
+  if (!image || image->value_size() == 0) {
+    *error = "missing feature image/encoded";
+    return false;
+  }
+  if (!labels || labels->value_size() == 0) {
+    *error = "missing feature image/class/label";
+    return false;
+  }
+  *encoded = image->value(0);
+  *label = labels->value(0);
+  return true;
+}
+
 std::string serialize_image_example(const ImageExample& e) {
   tf::Example example;
   set_int64(example, "image/height", e.height);

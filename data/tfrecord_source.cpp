@@ -52,7 +52,7 @@ struct PendingBatch {
 }  // namespace
 
 struct TFRecordSource::Epoch {
-  const TFRecordSource* source;
+  TFRecordSource* source;
   const TFRecordSourceOptions& o;
   int64_t epoch = 0;
   uint64_t epoch_seed = 0;
@@ -71,7 +71,7 @@ struct TFRecordSource::Epoch {
   std::exception_ptr error;
   std::vector<std::thread> threads;
 
-  Epoch(const TFRecordSource* s, const TFRecordSourceOptions& options) : source(s), o(options) {}
+  Epoch(TFRecordSource* s, const TFRecordSourceOptions& options) : source(s), o(options) {}
 
   int64_t window_end() const { return (next_batch + o.prefetch_batches) * o.batch_size; }
   void fail(std::exception_ptr e);
@@ -79,6 +79,7 @@ struct TFRecordSource::Epoch {
   void decode_loop();
   void record_bad(int64_t position, const Damage& damage, std::unique_lock<std::mutex>& lock);
   void finish_batch(int64_t index, PendingBatch& batch);
+  at::Tensor image_buffer(int64_t rows);
 };
 
 namespace {
@@ -102,12 +103,18 @@ void TFRecordSource::Epoch::read_chunks(int reader) {
   try {
     for (size_t c = reader; c < chunks.size(); c += o.reader_threads) {
       const Chunk& chunk = chunks[c];
+      std::vector<Slot> results(chunk.members.size());
       {
         // Read ahead of the decoders by one batch more than they may run ahead of the consumer.
         std::unique_lock<std::mutex> lock(mutex);
         window_moved.wait(
             lock, [&] { return stop || chunk.first_position < window_end() + o.batch_size; });
         if (stop) return;
+        auto& spare = source->spare_payloads_;
+        for (size_t m = 0; m < results.size() && !spare.empty(); ++m) {
+          results[m].payload = std::move(spare.back());
+          spare.pop_back();
+        }
       }
       const std::string& path = o.files[chunk.file];
       if (!file || file->path() != path) {
@@ -116,7 +123,6 @@ void TFRecordSource::Epoch::read_chunks(int reader) {
       }
       buffer.resize(static_cast<size_t>(chunk.end - chunk.begin));
       const int64_t got = file->read_at(chunk.begin, buffer.data(), chunk.end - chunk.begin);
-      std::vector<Slot> results(chunk.members.size());
       for (size_t m = 0; m < chunk.members.size(); ++m) {
         const IndexEntry& e = source->indexes_[chunk.file][chunk.members[m].second];
         const int64_t at = e.offset - chunk.begin;
@@ -195,12 +201,35 @@ void TFRecordSource::Epoch::finish_batch(int64_t index, PendingBatch& batch) {
   batch.labels = batch.labels.narrow(0, 0, static_cast<int64_t>(good.size()));
 }
 
+// Note [Recycled buffers]
+// A fresh allocation of a record (~110 KB) or a batch (~40 MB) is an mmap, or heap growth,
+// whose every page faults when it is first written: about a tenth of a decode thread's time.
+// So the buffers are recycled for the life of the source. Record payloads: the decoders hand
+// their buffers back and the readers copy the next records into them. Pageable batch buffers:
+// reused once nothing but the pool refers to them (the consumer has dropped the batch and every
+// view of it). Pinned ones come from LibTorch's caching host allocator instead, which reuses a
+// block only after the asynchronous copies reading it have finished. Both pools are bounded by
+// what is in flight at once, so host memory stays flat from epoch to epoch.
+at::Tensor TFRecordSource::Epoch::image_buffer(int64_t rows) {
+  const int64_t s = o.transform.image_size;
+  const auto options = at::TensorOptions().dtype(at::kByte).pinned_memory(o.pin_memory);
+  if (o.pin_memory) return at::empty({rows, s, s, 3}, options);
+  auto& pool = source->image_pool_;
+  for (const at::Tensor& t : pool)  // held by the pool alone: no batch or view still uses it
+    if (t.use_count() == 1 && t.storage().use_count() == 1 && t.size(0) == rows) return t;
+  at::Tensor fresh = at::empty({rows, s, s, 3}, options);
+  if (static_cast<int64_t>(pool.size()) < o.prefetch_batches + 4) pool.push_back(fresh);
+  return fresh;
+}
+
 void TFRecordSource::Epoch::decode_loop() {
   const int64_t b = o.batch_size, total = static_cast<int64_t>(plan.size());
   const int64_t s = o.transform.image_size;
   TransformOptions transform = o.transform;
   transform.training = o.training;
-  ImageExample example;
+  ImageFeatureParser parser;
+  std::string_view encoded;
+  int64_t label = 0;
   std::string error;
   std::unique_lock<std::mutex> lock(mutex);
   try {
@@ -214,7 +243,7 @@ void TFRecordSource::Epoch::decode_loop() {
       if (inserted) {
         const int64_t rows = std::min(b, total - batch_index * b);
         const auto pinned = at::TensorOptions().pinned_memory(o.pin_memory);
-        it->second.images = at::empty({rows, s, s, 3}, pinned.dtype(at::kByte));
+        it->second.images = image_buffer(rows);
         it->second.labels = at::empty({rows}, pinned.dtype(at::kLong));
         it->second.remaining = rows;
         it->second.bad.assign(rows, false);
@@ -234,22 +263,21 @@ void TFRecordSource::Epoch::decode_loop() {
             std::upper_bound(source->first_record_.begin(), source->first_record_.end(), record) -
             source->first_record_.begin() - 1;
         damage = {file, source->indexes_[file][record - source->first_record_[file]].offset, ""};
-        if (!parse_image_example(slot.payload, &example, &error)) {
+        if (!parser.parse(slot.payload, &encoded, &label, &error)) {
           damage.reason = error;
-        } else if (example.label - o.label_offset < 0 ||
-                   example.label - o.label_offset >= o.num_classes) {
-          damage.reason =
-              detail::concat("label ", example.label, " minus label_offset ", o.label_offset,
-                             " is outside [0, num_classes = ", o.num_classes, ")");
-        } else if (!transform_image(example.encoded, transform,
+        } else if (label - o.label_offset < 0 || label - o.label_offset >= o.num_classes) {
+          damage.reason = detail::concat("label ", label, " minus label_offset ", o.label_offset,
+                                         " is outside [0, num_classes = ", o.num_classes, ")");
+        } else if (!transform_image(encoded, transform,
                                     mix_seed(epoch_seed, static_cast<uint64_t>(record)), out,
                                     &error)) {
           damage.reason = error;
         } else {
-          *label_out = example.label - o.label_offset;
+          *label_out = label - o.label_offset;
         }
       }
       lock.lock();
+      if (slot.payload.capacity() > 0) source->spare_payloads_.push_back(std::move(slot.payload));
       PendingBatch& batch = batches[batch_index];
       if (!damage.reason.empty()) {
         batch.bad[p % b] = true;

@@ -5,6 +5,8 @@
 // seed, so the batches are the same whatever the thread counts and timing.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,6 +63,9 @@ class TFRecordSource : public BatchSource {
   std::vector<std::vector<IndexEntry>> indexes_;  // per file
   std::vector<int64_t> first_record_;             // (files + 1) prefix sums
   int64_t index_bad_ = 0;                         // records lost to broken framing
+  // Recycled between epochs, used under the epoch's mutex (see Note [Recycled buffers]).
+  std::vector<std::string> spare_payloads_;  // record buffers the decoders are done with
+  std::vector<at::Tensor> image_pool_;       // pageable batch buffers
   std::unique_ptr<Epoch> epoch_;
 };
 

@@ -1,18 +1,49 @@
 """Peers of bench-input on the same images: torchvision ImageFolder + DataLoader with PIL
-transforms, and tf.data with decode_and_crop_jpeg (the TF ResNet recipe). Same transforms:
-train = RandomResizedCrop(224) + flip; val = shorter side 256 + centre crop 224; uint8 output."""
+transforms, tf.data with decode_and_crop_jpeg (the TF ResNet recipe) and DALI's CPU pipeline
+(fn.readers.tfrecord + decoders.image_random_crop, NVIDIA's ResNet-50 recipe). Same transforms:
+train = RandomResizedCrop(224) + flip; val = shorter side 256 + centre crop 224; uint8 output.
+Each is timed after the same warm-up as bench-input, and its CPU time (every thread, and the
+DataLoader's worker processes) gives images per CPU-second."""
 import argparse
 import glob
 import os
 import time
 
 
-def rate(batches, images):
-    next(batches)  # warm-up: workers started
-    done, start = 0, time.perf_counter()
+def child_pids():
+    pids = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/children") as f:
+                pids += f.read().split()
+        except OSError:  # the thread has ended
+            pass
+    return pids
+
+
+def cpu_seconds():
+    """CPU time so far of this process (all threads) and of its live children."""
+    t = os.times()
+    total = t.user + t.system
+    for pid in child_pids():
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except OSError:
+            pass
+    return total
+
+
+def rate(batches, images, warmup):
+    """(images/s, images per CPU-second) over `images` images after `warmup` images."""
+    warm = 0
+    while warm < max(warmup, 1):
+        warm += len(next(batches)[1])
+    done, start, cpu_start = 0, time.perf_counter(), cpu_seconds()
     while done < images:
         done += len(next(batches)[1])
-    return done / (time.perf_counter() - start)
+    return done / (time.perf_counter() - start), done / (cpu_seconds() - cpu_start)
 
 
 def forever(make):
@@ -20,7 +51,7 @@ def forever(make):
         yield from make()
 
 
-def torchvision_rate(folder, threads, mode, images):
+def torchvision_rate(folder, threads, mode, images, warmup):
     import torch
     from torchvision import datasets, transforms
     torch.set_num_threads(1)
@@ -31,10 +62,14 @@ def torchvision_rate(folder, threads, mode, images):
     data = datasets.ImageFolder(folder, transforms.Compose(t + [transforms.PILToTensor()]))
     loader = torch.utils.data.DataLoader(data, batch_size=64, shuffle=True, num_workers=threads,
                                          persistent_workers=True, drop_last=True)
-    return rate(forever(lambda: iter(loader)), images)
+    return rate(forever(lambda: iter(loader)), images, warmup)
 
 
-def tfdata_rate(records, threads, mode, images):
+def record_files(records):
+    return sorted(f for f in glob.glob(records) if not f.endswith(".idx"))
+
+
+def tfdata_rate(records, threads, mode, images, warmup):
     import tensorflow as tf
     spec = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
             "image/class/label": tf.io.FixedLenFeature([], tf.int64)}
@@ -61,10 +96,38 @@ def tfdata_rate(records, threads, mode, images):
 
     options = tf.data.Options()
     options.threading.private_threadpool_size = threads
-    data = (tf.data.TFRecordDataset(sorted(f for f in glob.glob(records) if not f.endswith(".idx"))).repeat()
+    data = (tf.data.TFRecordDataset(record_files(records)).repeat()
             .map(train if mode == "train" else val, num_parallel_calls=threads)
             .batch(64).prefetch(2).with_options(options))
-    return rate(iter(data.as_numpy_iterator()), images)
+    return rate(iter(data.as_numpy_iterator()), images, warmup)
+
+
+def dali_rate(records, threads, mode, images, warmup):
+    from nvidia.dali import fn, pipeline_def, types
+    import nvidia.dali.tfrecord as tfrec
+    files = record_files(records)
+
+    @pipeline_def(batch_size=64, num_threads=threads, device_id=None, prefetch_queue_depth=2)
+    def pipeline():
+        f = fn.readers.tfrecord(
+            path=files, index_path=[p + ".idx" for p in files], random_shuffle=mode == "train",
+            initial_fill=1024,
+            features={"image/encoded": tfrec.FixedLenFeature((), tfrec.string, ""),
+                      "image/class/label": tfrec.FixedLenFeature([1], tfrec.int64, -1)})
+        if mode == "train":
+            image = fn.decoders.image_random_crop(
+                f["image/encoded"], device="cpu", output_type=types.RGB,
+                random_aspect_ratio=[0.75, 4.0 / 3.0], random_area=[0.08, 1.0], num_attempts=10)
+            image = fn.resize(image, resize_x=224, resize_y=224)
+            image = fn.flip(image, horizontal=fn.random.coin_flip())
+        else:
+            image = fn.decoders.image(f["image/encoded"], device="cpu", output_type=types.RGB)
+            image = fn.crop(fn.resize(image, resize_shorter=256), crop=(224, 224))
+        return image, f["image/class/label"]
+
+    pipe = pipeline()
+    pipe.build()
+    return rate(iter(pipe.run, None), images, warmup)
 
 
 def main():
@@ -73,17 +136,23 @@ def main():
     parser.add_argument("--records", required=True)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--images", type=int, default=3000)
+    parser.add_argument("--warmup-images", type=int, default=1500)
+    parser.add_argument("--peers", nargs="+", default=["torchvision", "tf.data", "dali"],
+                        choices=["torchvision", "tf.data", "dali"])
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    print(f"{'peer':<24} {'mode':<6} {'threads':>8} {'images/s':>12} {'images/s/thread':>18}")
-    for name, fn, source in [("torchvision+PIL", torchvision_rate, args.folder),
-                             ("tf.data", tfdata_rate, args.records)]:
+    print(f"{'peer':<24} {'mode':<6} {'threads':>8} {'images/s':>12} {'images/s/thread':>18}"
+          f" {'images/cpu-s':>16}")
+    peers = {"torchvision": ("torchvision+PIL", torchvision_rate, args.folder),
+             "tf.data": ("tf.data", tfdata_rate, args.records),
+             "dali": ("DALI (CPU)", dali_rate, args.records)}
+    for name, fn, source in (peers[p] for p in args.peers):
         for mode in ["train", "val"]:
             for threads in args.threads:
                 try:
-                    r = fn(source, threads, mode, args.images)
-                    print(f"{name:<24} {mode:<6} {threads:>8} {r:>12.1f} {r / threads:>18.1f}",
-                          flush=True)
+                    r, per_cpu = fn(source, threads, mode, args.images, args.warmup_images)
+                    print(f"{name:<24} {mode:<6} {threads:>8} {r:>12.1f} {r / threads:>18.1f}"
+                          f" {per_cpu:>16.1f}", flush=True)
                 except ImportError as error:
                     print(f"{name:<24} {mode:<6} {threads:>8} skipped: {error}", flush=True)
 

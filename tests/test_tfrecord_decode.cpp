@@ -55,11 +55,9 @@ cv::Mat reference(const std::string& jpeg, const CropRect& c, int size) {
 
 TEST(CropDecode, MatchesFullDecodeAndCropAtEveryDctScale) {
   const std::string jpeg = encode(smooth_image(500, 375));
-  const std::vector<CropRect> crops = {{0, 0, 500, 375},
-                                       {13, 29, 301, 222},
-                                       {250, 100, 180, 200},
-                                       {3, 5, 90, 80},
-                                       {400, 300, 100, 75}};
+  const std::vector<CropRect> crops = {
+      {0, 0, 500, 375}, {13, 29, 301, 222},  {250, 100, 180, 200},
+      {3, 5, 90, 80},   {400, 300, 100, 75}, {10, 100, 480, 200}};  // > 2x wide after DCT scaling
   std::set<int> scales;
   for (int size : {64, 40, 150}) {
     for (const CropRect& c : crops) {
@@ -95,6 +93,33 @@ TEST(CropDecode, ValidationCentreCropIsExactInSizeAndCentred) {
   EXPECT_EQ(region.width, 328);
   EXPECT_EQ(region.x, (500 - 328) / 2);
   EXPECT_EQ(region.y, (375 - 328) / 2);
+}
+
+// Training flips half the samples: the same crop, mirrored left to right, pixel for pixel.
+TEST(CropDecode, TrainingFlipMirrorsTheSameCrop) {
+  const std::string jpeg = encode(smooth_image(400, 300));
+  TransformOptions train;
+  train.image_size = 48;
+  train.crop = {1.0, 1.0, 4.0 / 3.0,
+                4.0 / 3.0};  // the whole image every time: only the flip varies
+  cv::Mat first(48, 48, CV_8UC3), out(48, 48, CV_8UC3);
+  std::string error;
+  ASSERT_TRUE(transform_image(jpeg, train, 0, first.data, &error)) << error;
+  int same = 0, mirrored = 0;
+  for (uint64_t seed = 1; seed < 40; ++seed) {
+    ASSERT_TRUE(transform_image(jpeg, train, seed, out.data, &error)) << error;
+    bool equal = true, mirror = true;
+    for (int y = 0; y < 48; ++y)
+      for (int x = 0; x < 48; ++x) {
+        equal &= out.at<cv::Vec3b>(y, x) == first.at<cv::Vec3b>(y, x);
+        mirror &= out.at<cv::Vec3b>(y, x) == first.at<cv::Vec3b>(y, 47 - x);
+      }
+    ASSERT_TRUE(equal || mirror) << "seed " << seed;
+    same += equal;
+    mirrored += mirror;
+  }
+  EXPECT_GT(same, 5);  // both happen, about half each
+  EXPECT_GT(mirrored, 5);
 }
 
 TEST(CropDecode, GrayscaleCmykAndPngBecomeRgb) {

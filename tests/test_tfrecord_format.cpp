@@ -156,5 +156,64 @@ TEST(Example, RoundTripAndMissingFeatures) {
   EXPECT_EQ(error, "missing feature image/encoded");
 }
 
+// tf.train.Example written field by field (protobuf's wire format), for layouts the project's
+// own writer never produces.
+namespace wire {
+std::string varint(uint64_t v) {
+  std::string out;
+  for (; v >= 0x80; v >>= 7) out += static_cast<char>(v | 0x80);
+  return out + static_cast<char>(v);
+}
+std::string field(int number, const std::string& bytes) {  // length-delimited
+  return varint(uint64_t(number) << 3 | 2) + varint(bytes.size()) + bytes;
+}
+std::string bytes_feature(const std::string& value) { return field(1, field(1, value)); }
+std::string int64_feature(int64_t value) { return field(3, field(1, varint(value))); }
+std::string example(const std::vector<std::pair<std::string, std::string>>& features) {
+  std::string map;  // each map entry: key = 1, value = 2
+  for (const auto& [key, feature] : features) map += field(1, field(1, key) + field(2, feature));
+  return field(1, map);
+}
+}  // namespace wire
+
+// The training input's parser reuses its buffers record after record: each parse must see only
+// its own record, and judge damage as parse_image_example does.
+TEST(Example, ReusableParserAgreesWithTheFullParse) {
+  ImageExample big, small;
+  big.encoded = std::string(5000, '\x11');
+  big.label = 3;
+  small.encoded = "\xff\xd8\xff small";
+  small.label = 1000;
+  ImageExample out;
+  ImageFeatureParser parser;
+  std::string_view encoded;
+  int64_t label = 0;
+  std::string error;
+  for (const ImageExample* e : {&big, &small, &big, &small}) {
+    ASSERT_TRUE(parser.parse(serialize_image_example(*e), &encoded, &label, &error)) << error;
+    EXPECT_EQ(encoded, e->encoded);
+    EXPECT_EQ(label, e->label);
+  }
+  // Features in another order, a key given twice (a map keeps the last; concatenated messages
+  // merge) and a feature of the wrong kind, written as protobuf's wire format.
+  const std::string reordered = wire::example({{"image/class/label", wire::int64_feature(9)},
+                                               {"image/encoded", wire::bytes_feature("pixels")}});
+  const std::string twice =
+      reordered + wire::example({{"image/class/label", wire::int64_feature(10)}});
+  ASSERT_TRUE(parser.parse(twice, &encoded, &label, &error)) << error;
+  ASSERT_TRUE(parse_image_example(twice, &out, &error));
+  EXPECT_EQ(encoded, "pixels");
+  EXPECT_EQ(label, 10);
+  EXPECT_EQ(out.label, 10);
+  const std::string wrong_kind = wire::example({{"image/class/label", wire::bytes_feature("9")},
+                                                {"image/encoded", wire::bytes_feature("pixels")}});
+  for (const std::string& bad : {std::string("\x0a\x05garbage"), std::string(), wrong_kind}) {
+    std::string full_error;
+    EXPECT_FALSE(parser.parse(bad, &encoded, &label, &error));
+    EXPECT_FALSE(parse_image_example(bad, &out, &full_error));
+    EXPECT_EQ(error, full_error);
+  }
+}
+
 }  // namespace
 }  // namespace trainer

@@ -28,6 +28,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ImageExample example;
     std::string error;
     parse_image_example(payload, &example, &error);
+    static ImageFeatureParser parser;  // reused, as in training: no state may leak between records
+    std::string_view encoded;
+    int64_t label = 0;
+    parser.parse(payload, &encoded, &label, &error);
     offset += record_size;
   }
   ImageExample example;

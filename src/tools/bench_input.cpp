@@ -1,5 +1,8 @@
 // bench-input: the input pipeline alone (no model) on given TFRecord files: images/s in total and
 // per decode thread, for the training and evaluation transforms, to size threads per GPU.
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -10,8 +13,23 @@
 
 namespace {
 
-// Images per second of `source` over at least `images` images, after one warm-up batch.
-double measure(trainer::TFRecordSource& source, int64_t images) {
+// CPU seconds (user + system) used by every thread of this process so far.
+double cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) * 1e-6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+struct Rate {
+  double per_second = 0;      // wall clock
+  double per_cpu_second = 0;  // all threads' CPU time: readers, decoders and the consumer
+};
+
+// Throughput of `source` over at least `images` images, after `warmup` images. The warm-up
+// covers the shuffle buffer and the prefetch window, so that the figure is the steady state of a
+// long epoch (every recycled buffer in place), not the start of one.
+Rate measure(trainer::TFRecordSource& source, int64_t images, int64_t warmup) {
   int64_t epoch = 0, done = 0;
   source.start_epoch(epoch);
   int64_t left = source.batches_per_epoch();
@@ -23,12 +41,14 @@ double measure(trainer::TFRecordSource& source, int64_t images) {
     --left;
     return source.next_batch().images.size(0);
   };
-  next();  // warm-up: threads started, files opened, page cache touched
+  for (int64_t warm = 0; warm < std::max<int64_t>(warmup, 1);) warm += next();
   const auto start = std::chrono::steady_clock::now();
+  const double cpu_start = cpu_seconds();
   while (done < images) done += next();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return static_cast<double>(done) / seconds;
+  const double cpu = cpu_seconds() - cpu_start;
+  return {static_cast<double>(done) / seconds, static_cast<double>(done) / cpu};
 }
 
 }  // namespace
@@ -39,13 +59,16 @@ int main(int argc, char** argv) {
   std::vector<std::string> inputs, transforms = {"train", "val"};
   std::vector<int> threads = {1, 2};
   trainer::TFRecordSourceOptions o;
-  int64_t images = 2000;
+  int64_t images = 2000, warmup = 1500;
   o.batch_size = 64;
   o.num_classes = 1000;
   app.add_option("inputs", inputs, "TFRecord files, globs or folders")->required();
   app.add_option("--threads", threads, "decode thread counts to try")->capture_default_str();
   app.add_option("--transforms", transforms, "train and/or val")->capture_default_str();
   app.add_option("--images", images, "images timed per measurement")->capture_default_str();
+  app.add_option("--warmup-images", warmup, "images decoded before timing")->capture_default_str();
+  app.add_option("--shuffle-buffer", o.shuffle_buffer, "shuffle buffer, records")
+      ->capture_default_str();
   app.add_option("--batch-size", o.batch_size, "batch size")->capture_default_str();
   app.add_option("--image-size", o.transform.image_size, "crop size")->capture_default_str();
   app.add_option("--val-resize", o.transform.val_resize, "eval shorter side")
@@ -57,7 +80,8 @@ int main(int argc, char** argv) {
   return trainer::run_tool(app, argc, argv, [&] {
     for (const auto& input : inputs)
       for (auto& f : trainer::list_tfrecord_files(input, "inputs")) o.files.push_back(f);
-    std::printf("%-6s %8s %12s %18s\n", "mode", "threads", "images/s", "images/s/thread");
+    std::printf("%-6s %8s %12s %18s %16s\n", "mode", "threads", "images/s", "images/s/thread",
+                "images/cpu-s");
     for (const auto& mode : transforms) {
       USER_CHECK(mode == "train" || mode == "val", "--transforms takes train and/or val");
       for (int t : threads) {
@@ -65,8 +89,9 @@ int main(int argc, char** argv) {
         run.training = mode == "train";
         run.decode_threads = t;
         trainer::TFRecordSource source(run);
-        const double rate = measure(source, images);
-        std::printf("%-6s %8d %12.1f %18.1f\n", mode.c_str(), t, rate, rate / t);
+        const Rate rate = measure(source, images, warmup);
+        std::printf("%-6s %8d %12.1f %18.1f %16.1f\n", mode.c_str(), t, rate.per_second,
+                    rate.per_second / t, rate.per_cpu_second);
         std::fflush(stdout);
       }
     }
