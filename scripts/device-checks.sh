@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The checks that need a GPU, run on a GPU machine with PyTorch 2.11 (cu130) from the repository
+# root, using the bundle that scripts/device-bundle.sh made on the build machine (no compiler,
+# packages or network needed there). Stages, in order (default: all):
+#   tests      the GPU tests (fused input kernel, fp16/bf16 steps in channels_last, loss scaling)
+#   overhead   the gradient path at world size one: `train --benchmark` alone against
+#              `mpirun -np 1 train --benchmark` (bucketing, hooks, NCCL), alternated, twice
+#   allreduce  bench-allreduce over NCCL
+#   train      scripts/bench-train.sh: this trainer next to PyTorch eager and compiled (fp16, bf16)
+# Usage: scripts/device-checks.sh [STAGE ...]
+# Output goes to the terminal and to $OUT/device-checks.log (OUT defaults to /tmp/device-out).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+stages=("$@")
+[ ${#stages[@]} -gt 0 ] || stages=(tests overhead allreduce train)
+out=${OUT:-/tmp/device-out}
+mkdir -p "$out"
+exec > >(tee -a "$out/device-checks.log") 2>&1
+
+unpacked=${TMPDIR:-/tmp}/trainer-bundle
+if [ ! -x "$unpacked/bundle/bin/train" ]; then
+  mkdir -p "$unpacked"
+  xz -T0 -dc "$root/.device/bundle.tar.xz" | tar -C "$unpacked" -xf -
+fi
+bundle=$unpacked/bundle
+site=$(python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
+nvidia_libs=$(find "$site/nvidia" -maxdepth 2 -name lib -type d | tr '\n' ':')
+export LD_LIBRARY_PATH=$bundle/lib:$site/torch/lib:$nvidia_libs${LD_LIBRARY_PATH:-}
+export PATH=$bundle/usr/bin:$bundle/bin:$PATH
+# OpenMPI relocated into the bundle; one machine, so no ssh launcher; root in a container.
+export OPAL_PREFIX=$bundle/usr OMPI_MCA_plm=isolated
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+
+echo "== $(date -u +%F) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+benchmark=(train --config "$root/configs/one-gpu.toml" --data_source synthetic --benchmark true
+  --num_classes 1000 --output_dir "${TMPDIR:-/tmp}/device-bench")
+for stage in "${stages[@]}"; do
+  echo "== $stage"
+  case $stage in
+    tests) trainer_tests --gtest_filter='Gpu.*' ;;
+    overhead)
+      for run in 1 2; do
+        echo "-- run $run: alone (no data parallelism)"
+        "${benchmark[@]}" 2>&1 | grep 'benchmark '
+        echo "-- run $run: mpirun -np 1 (gradient buckets, NCCL)"
+        mpirun -np 1 "${benchmark[@]}" 2>&1 | grep -E 'benchmark |NCCL'
+      done
+      ;;
+    allreduce) mpirun -np 1 bench-allreduce ;;
+    train)
+      for precision in fp16 bf16; do
+        BUILD_DIR=$bundle/bin PYTHON=python3 "$root/scripts/bench-train.sh" "$precision" 256
+      done
+      ;;
+    *) echo "unknown stage $stage (tests, overhead, allreduce, train)" >&2 && exit 2 ;;
+  esac
+done
