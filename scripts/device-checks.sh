@@ -20,7 +20,9 @@ exec > >(tee -a "$out/device-checks.log") 2>&1
 unpacked=${TMPDIR:-/tmp}/trainer-bundle
 if [ ! -x "$unpacked/bundle/bin/train" ]; then
   mkdir -p "$unpacked"
-  xz -T0 -dc "$root/.device/bundle.tar.xz" | tar -C "$unpacked" -xf -
+  # Python's tarfile reads xz itself: the machine may lack the xz tool, never Python.
+  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="tar")' \
+    "$root/.device/bundle.tar.xz" "$unpacked"
 fi
 bundle=$unpacked/bundle
 site=$(python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
