@@ -77,7 +77,7 @@ struct TFRecordSource::Epoch {
   void fail(std::exception_ptr e);
   void read_chunks(int reader);
   void decode_loop();
-  void record_bad(int64_t position, const Damage& damage, std::unique_lock<std::mutex>& lock);
+  void record_bad(const Damage& damage);  // called with `mutex` held
   void finish_batch(int64_t index, PendingBatch& batch);
   at::Tensor image_buffer(int64_t rows);
 };
@@ -150,8 +150,7 @@ void TFRecordSource::Epoch::read_chunks(int reader) {
   }
 }
 
-void TFRecordSource::Epoch::record_bad(int64_t position, const Damage& damage,
-                                       std::unique_lock<std::mutex>& lock) {
+void TFRecordSource::Epoch::record_bad(const Damage& damage) {
   const std::string& path = o.files[damage.file];
   const std::string where = path + " at byte " + std::to_string(damage.offset);
   if (o.fail_on_bad_record)
@@ -169,8 +168,6 @@ void TFRecordSource::Epoch::record_bad(int64_t position, const Damage& damage,
         bad, " bad records in epoch ", epoch, " (the last in ", where, ": ", damage.reason,
         ") exceed max_bad_fraction = ", o.max_bad_fraction, " of ", plan.size() + position_base,
         " records. Fix: verify the data with verify-tfrecords"));
-  (void)position;
-  (void)lock;
 }
 
 void TFRecordSource::Epoch::finish_batch(int64_t index, PendingBatch& batch) {
@@ -282,7 +279,7 @@ void TFRecordSource::Epoch::decode_loop() {
       if (!damage.reason.empty()) {
         batch.bad[p % b] = true;
         *label_out = 0;
-        record_bad(p, damage, lock);
+        record_bad(damage);
       }
       if (--batch.remaining == 0) {
         finish_batch(batch_index, batch);
