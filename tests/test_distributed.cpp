@@ -52,29 +52,42 @@ std::vector<torch::Tensor> grads_of(ResNet& model, const Batch& batch) {
   return out;
 }
 
+// Every rank's gradient for `batch_for(step * 10 + rank)`, averaged here on one rank.
+std::vector<torch::Tensor> mean_of_rank_grads(ResNet& model, int step) {
+  std::vector<torch::Tensor> mean;
+  for (int r = 0; r < g_group->size(); ++r) {
+    auto grads = grads_of(model, batch_for(step * 10 + r));
+    if (mean.empty())
+      mean = grads;
+    else
+      for (size_t i = 0; i < grads.size(); ++i) mean[i] += grads[i];
+  }
+  for (auto& g : mean) g /= g_group->size();
+  return mean;
+}
+
 TEST(Distributed, AllReducedGradientIsTheMeanOfPerRankGradients) {
   for (bool predivide : {true, false}) {
     torch::manual_seed(0);
     ResNet model(ResNetOptions{18, 4, false});
-    std::vector<torch::Tensor> mean;  // computed locally from every rank's batch
-    for (int r = 0; r < g_group->size(); ++r) {
-      auto grads = grads_of(model, batch_for(r));
-      if (mean.empty())
-        mean = grads;
-      else
-        for (size_t i = 0; i < grads.size(); ++i) mean[i] += grads[i];
-    }
-    for (auto& g : mean) g /= g_group->size();
-
     GradientReducer reducer(model->parameters(), *g_group, {1 << 20, predivide, torch::kFloat});
     ASSERT_GT(reducer.bucket_count(), 1);
-    reducer.prepare_step();
-    auto own = grads_of(model, batch_for(g_group->rank()));
-    reducer.finish_step();
-    auto params = model->parameters();
-    for (size_t i = 0; i < params.size(); ++i)
-      EXPECT_TRUE(torch::allclose(params[i].grad(), mean[i], 1e-4, 1e-6))
-          << "parameter " << i << " predivide " << predivide;
+    const std::vector<std::vector<torch::Tensor>> means = {mean_of_rank_grads(model, 0),
+                                                           mean_of_rank_grads(model, 1)};
+    // Two steps in a row, the second with the first's averaged gradients still in .grad, as
+    // an optimizer leaves them: they must not leak into the second average.
+    for (int step = 0; step < 2; ++step) {
+      const auto& mean = means[step];
+      reducer.prepare_step();
+      const Batch own = batch_for(step * 10 + g_group->rank());
+      auto images = own.images.permute({0, 3, 1, 2}).to(torch::kFloat).div(255).contiguous();
+      torch::cross_entropy_loss(model->forward(images), own.labels).backward();
+      reducer.finish_step();
+      auto params = model->parameters();
+      for (size_t i = 0; i < params.size(); ++i)
+        EXPECT_TRUE(torch::allclose(params[i].grad(), mean[i], 1e-4, 1e-6))
+            << "parameter " << i << " step " << step << " predivide " << predivide;
+    }
   }
 }
 

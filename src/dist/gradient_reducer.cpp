@@ -13,10 +13,21 @@ namespace trainer {
 // strictly in index order, each as soon as it and all before it are full. Parameters that got no
 // gradient this step contribute zeros, filled in by finish_step, so no bucket waits forever.
 
+// Note [Gradients as bucket views]
+// The averaged gradient already lies in the bucket, in the parameter's shape and strides, so
+// finish_step makes each .grad a view of it rather than copying it back (as DDP's
+// gradient_as_bucket_view does): one copy per gradient per step (into the bucket, which the
+// all-reduce needs anyway) instead of two, and no kernel per parameter after backward. This is
+// what keeps the gradient path at world size one nearly free. The views must be dropped before
+// the next backward: autograd adds into a defined .grad, which would count the new gradient a
+// second time on top of the hook's copy. prepare_step drops them. With a compressed wire the
+// bucket holds fp16/bf16, so the averages are converted into fp32 gradients instead.
+
 GradientReducer::GradientReducer(const std::vector<at::Tensor>& params, ProcessGroup& group,
                                  const ReducerOptions& options)
     : params_(params),
       slots_(params.size()),
+      grads_are_views_(true),
       arrived_(params.size()),
       group_(group),
       options_(options) {
@@ -43,6 +54,13 @@ GradientReducer::GradientReducer(const std::vector<at::Tensor>& params, ProcessG
       buckets_[b].done.emplace(cudaEventDisableTiming);
     }
   }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Slot& slot = slots_[i];
+    slot_views_.push_back(buckets_[slot.bucket]
+                              .buffer.narrow(0, slot.offset, params_[i].numel())
+                              .as_strided(params_[i].sizes(), params_[i].strides()));
+    grads_are_views_ = grads_are_views_ && params_[i].scalar_type() == options.wire_dtype;
+  }
   if (device.is_cuda())
     comm_stream_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device.index());
   for (size_t i = 0; i < params_.size(); ++i)
@@ -54,15 +72,9 @@ GradientReducer::~GradientReducer() {
   for (size_t i = 0; i < params_.size(); ++i) params_[i].remove_hook(hook_handles_[i]);
 }
 
-at::Tensor GradientReducer::slot_view(int64_t param) {
-  const at::Tensor& p = params_[param];
-  const Slot& slot = slots_[param];
-  return buckets_[slot.bucket]
-      .buffer.narrow(0, slot.offset, p.numel())
-      .as_strided(p.sizes(), p.strides());
-}
-
 void GradientReducer::prepare_step() {
+  // Last step's .grad views: autograd would add into them. Note [Gradients as bucket views]
+  for (at::Tensor& param : params_) param.mutable_grad().reset();
   std::fill(arrived_.begin(), arrived_.end(), false);
   for (Bucket& bucket : buckets_) {
     bucket.pending = static_cast<int64_t>(bucket.params.size());
@@ -75,10 +87,10 @@ void GradientReducer::prepare_step() {
 void GradientReducer::on_gradient(int64_t param, const at::Tensor& grad) {
   at::NoGradGuard no_grad;
   if (arrived_[param]) {  // a second gradient for the same parameter: accumulate
-    slot_view(param).add_(grad);
+    slot_views_[param].add_(grad);
     return;
   }
-  slot_view(param).copy_(grad);
+  slot_views_[param].copy_(grad);
   arrived_[param] = true;
   if (--buckets_[slots_[param].bucket].pending == 0 && comm_stream_) launch_ready_buckets();
 }
@@ -92,22 +104,23 @@ void GradientReducer::launch_ready_buckets() {
 
 void GradientReducer::launch(Bucket& bucket, int64_t index) {
   const double scale = 1.0 / group_.size();
+  const bool average = group_.size() > 1;  // dividing by one would be a pass over the bucket
   const std::string what = "allreduce of gradient bucket " + std::to_string(index);
   if (!comm_stream_) {  // CPU: MPI, blocking
-    if (options_.predivide) bucket.buffer.mul_(scale);
+    if (average && options_.predivide) bucket.buffer.mul_(scale);
     if (watchdog_) watchdog_->begin_host(what);
     group_.allreduce_sum_(bucket.buffer);
     if (watchdog_) watchdog_->end_host();
-    if (!options_.predivide) bucket.buffer.mul_(scale);
+    if (average && !options_.predivide) bucket.buffer.mul_(scale);
     bucket.launched = true;
     return;
   }
   bucket.ready->record();  // on the current (compute) stream, after the gradient copies
   bucket.ready->block(*comm_stream_);
   c10::cuda::CUDAStreamGuard guard(*comm_stream_);
-  if (options_.predivide) bucket.buffer.mul_(scale);
+  if (average && options_.predivide) bucket.buffer.mul_(scale);
   group_.allreduce_sum_(bucket.buffer, comm_stream_->stream());
-  if (!options_.predivide) bucket.buffer.mul_(scale);
+  if (average && !options_.predivide) bucket.buffer.mul_(scale);
   bucket.done->record(*comm_stream_);
   bucket.launched = true;
   if (watchdog_) watchdog_->watch_event(what, &*bucket.done);
@@ -117,7 +130,7 @@ void GradientReducer::finish_step() {
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (arrived_[i]) continue;  // no gradient this step: contribute zeros
-    slot_view(static_cast<int64_t>(i)).zero_();
+    slot_views_[i].zero_();
     arrived_[i] = true;
     --buckets_[slots_[i].bucket].pending;
   }
@@ -126,12 +139,11 @@ void GradientReducer::finish_step() {
   if (comm_stream_)
     for (Bucket& bucket : buckets_) bucket.done->block(c10::cuda::getCurrentCUDAStream());
   for (size_t i = 0; i < params_.size(); ++i) {
-    at::Tensor averaged = slot_view(static_cast<int64_t>(i));
     at::Tensor& grad = params_[i].mutable_grad();
-    if (grad.defined())
-      grad.copy_(averaged);
-    else
-      grad = averaged.to(params_[i].scalar_type(), /*non_blocking=*/false, /*copy=*/true);
+    if (grads_are_views_)
+      grad = slot_views_[i];
+    else  // compressed wire: back to the parameter's dtype
+      grad = slot_views_[i].to(params_[i].scalar_type());
   }
 }
 

@@ -3,8 +3,9 @@
 // copies its gradient into its bucket; when a bucket's last gradient arrives, the bucket is
 // all-reduced on a communication stream while backward goes on. Buckets are launched strictly in
 // index order, so every rank issues the same collectives in the same order (NCCL requires it).
-// finish_step() makes the compute stream wait for the reductions and writes the averages back
-// into each parameter's .grad: the optimizer waits only for what it needs, with no host sync.
+// finish_step() makes the compute stream wait for the reductions and hands each parameter its
+// averaged gradient as its .grad, with no host sync: a view of the bucket (no copy back) unless
+// the wire is compressed. See Note [Gradients as bucket views].
 // Without a GPU the same buckets are summed with MPI on the CPU, after backward.
 // See Note [Bucket order] in gradient_reducer.cpp.
 #pragma once
@@ -35,10 +36,12 @@ class GradientReducer {
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
 
-  // Before backward: arms the buckets for a new step.
+  // Before backward: arms the buckets for a new step and drops every .grad (what backward
+  // produces from here on is what gets averaged).
   void prepare_step();
   // After backward: launches what is left, orders the current stream after every reduction and
-  // replaces each .grad with the average over ranks.
+  // sets each .grad to the average over ranks. The .grad tensors stay valid until the next
+  // prepare_step; in-place changes to them (unscaling, the optimizer's) are fine.
   void finish_step();
 
   int64_t bucket_count() const { return static_cast<int64_t>(buckets_.size()); }
@@ -61,11 +64,11 @@ class GradientReducer {
   void on_gradient(int64_t param, const at::Tensor& grad);
   void launch_ready_buckets();
   void launch(Bucket& bucket, int64_t index);
-  at::Tensor slot_view(int64_t param);  // the param's region of its bucket, in its strides
-
   std::vector<at::Tensor> params_;
   std::vector<Slot> slots_;
-  std::vector<bool> arrived_;  // this step: gradient copied in
+  std::vector<at::Tensor> slot_views_;  // each param's region of its bucket, in its strides
+  bool grads_are_views_;                // wire dtype == parameter dtype: .grad = slot view
+  std::vector<bool> arrived_;           // this step: gradient copied in
   std::vector<Bucket> buckets_;
   int64_t next_launch_ = 0;  // buckets launch in index order
   ProcessGroup& group_;
