@@ -1,7 +1,9 @@
 #include "src/config.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <type_traits>
@@ -197,6 +199,66 @@ void validate_config(const Config& c) {
         "needs data_source = synthetic");
 }
 
+// Edits (insert, delete, substitute) between two keys, to suggest the key a typo meant.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+bool is_key(const CLI::App& app, const std::string& name) {
+  return name != "help" && name != "config" && app.get_option_no_throw("--" + name) != nullptr;
+}
+
+// " (did you mean 'batch_size'?)" when a key is within a few edits of `name`; else "".
+// `prefix` is how the key is written where the typo was: "" in the file, "--" on the command line.
+std::string did_you_mean(const CLI::App& app, const std::string& name, const std::string& prefix) {
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, name.size() / 4) + 1;
+  for (const CLI::Option* option : app.get_options())
+    for (const std::string& key : option->get_lnames()) {
+      if (!is_key(app, key)) continue;
+      const size_t distance = edit_distance(name, key);
+      if (distance < best_distance) best = key, best_distance = distance;
+    }
+  return best.empty() ? "" : " (did you mean " + prefix + best + "?)";
+}
+
+// What is wrong in the --config file at `path` that CLI11 refused: a table (the file is flat),
+// or the first key no option has. CLI11's own message ("INI was not able to parse ...") names
+// neither the file nor the fix.
+std::string config_file_problem(const CLI::App& app, const std::string& path) {
+  std::ifstream in(path);
+  for (const CLI::ConfigItem& item : CLI::ConfigTOML().from_config(in)) {
+    if (!item.parents.empty())
+      return "config file " + path + " has a [" + item.parents.front() +
+             "] table; keys go at the top level, outside any [section]";
+    if (!is_key(app, item.name))
+      return "config file " + path + ": '" + item.name + "' is not a key" +
+             did_you_mean(app, item.name, "");
+  }
+  return "";
+}
+
+// The first unknown option among the command-line words CLI11 did not take.
+std::string unknown_argument_problem(const CLI::App& app, const std::vector<std::string>& words) {
+  for (const std::string& word : words)
+    if (word.rfind("--", 0) == 0) {
+      const std::string name = word.substr(2, word.find('=') - 2);
+      return "unknown option --" + name + did_you_mean(app, name, "--");
+    }
+  return "unexpected argument '" + words.front() + "' (every setting is --key value)";
+}
+
 std::optional<Config> parse_config(int argc, const char* const argv[]) {
   Config config;
   CLI::App app{
@@ -204,15 +266,24 @@ std::optional<Config> parse_config(int argc, const char* const argv[]) {
       "Every key can be set in the --config file (key = value) and overridden as --key."};
   app.set_config("--config", "", "TOML file of `key = value` lines");
   app.allow_config_extras(CLI::config_extras_mode::error);
+  app.allow_extras();  // unknown command-line options: reported below, with a suggestion
   add_options(app, config);
+  const std::string hint = ". Run `train --help` for every key and its values.";
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
     return std::nullopt;
+  } catch (const CLI::ConfigError& e) {
+    const CLI::Option* file = app["--config"];
+    const std::string problem =
+        file->count() > 0 ? config_file_problem(app, file->as<std::string>()) : "";
+    throw UserError((problem.empty() ? std::string(e.what()) : problem) + hint);
   } catch (const CLI::ParseError& e) {
-    throw UserError(std::string(e.what()) + ". Run `train --help` for every key and its values.");
+    throw UserError(std::string(e.what()) + hint);
   }
+  if (!app.remaining().empty())
+    throw UserError(unknown_argument_problem(app, app.remaining()) + hint);
   validate_config(config);
   return config;
 }

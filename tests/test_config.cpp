@@ -81,9 +81,22 @@ TEST(Config, ShippedConfigsAreValid) {
 TEST(Config, HelpReturnsNothing) { EXPECT_FALSE(parse({"--help"}).has_value()); }
 
 TEST(Config, UnknownKeysAreRejected) {
-  auto path = write_file("unknown.toml", "batch_sise = 8\n");
-  EXPECT_NE(error_of({"--config", path.string()}).find("batch_sise"), std::string::npos);
-  EXPECT_NE(error_of({"--learning_rate", "0.1"}).find("learning_rate"), std::string::npos);
+  auto path = write_file("unknown.toml", "epochs = 2\nbatch_sise = 8\n");
+  EXPECT_EQ(error_of({"--config", path.string()}),
+            "config file " + path.string() +
+                ": 'batch_sise' is not a key (did you mean batch_size?). Run `train --help` for "
+                "every key and its values.");
+  EXPECT_NE(error_of({"--learning_rate", "0.1"}).find("unknown option --learning_rate."),
+            std::string::npos);  // no key is close: no suggestion
+  EXPECT_NE(error_of({"--batch_size", "8", "--warmup_epoch=1"})
+                .find("unknown option --warmup_epoch (did you mean --warmup_epochs?)"),
+            std::string::npos);
+  EXPECT_NE(error_of({"resnet50"}).find("unexpected argument 'resnet50'"), std::string::npos);
+}
+
+TEST(Config, TablesInTheFileAreRejected) {  // a TOML habit; the schema is flat
+  auto path = write_file("table.toml", "[train]\nbatch_size = 8\n");
+  EXPECT_NE(error_of({"--config", path.string()}).find("has a [train] table"), std::string::npos);
 }
 
 TEST(Config, MissingConfigFileIsNamed) {
