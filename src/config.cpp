@@ -256,7 +256,12 @@ std::string unknown_argument_problem(const CLI::App& app, const std::vector<std:
       const std::string name = word.substr(2, word.find('=') - 2);
       return "unknown option --" + name + did_you_mean(app, name, "--");
     }
-  return "unexpected argument '" + words.front() + "' (every setting is --key value)";
+  const std::string& word = words.front();
+  if (word.find('/') != std::string::npos)  // most likely an unquoted glob the shell expanded
+    return "unexpected argument '" + word +
+           "': quote a glob so the shell passes it whole, e.g. --train_data "
+           "'/fsx/imagenet/train-*'";
+  return "unexpected argument '" + word + "' (every setting is --key value)";
 }
 
 std::optional<Config> parse_config(int argc, const char* const argv[]) {

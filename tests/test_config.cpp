@@ -92,6 +92,9 @@ TEST(Config, UnknownKeysAreRejected) {
                 .find("unknown option --warmup_epoch (did you mean --warmup_epochs?)"),
             std::string::npos);
   EXPECT_NE(error_of({"resnet50"}).find("unexpected argument 'resnet50'"), std::string::npos);
+  // An unquoted glob, expanded by the shell: every file after the first is left over.
+  EXPECT_NE(error_of({"--train_data", "/d/train-0", "/d/train-1"}).find("quote a glob"),
+            std::string::npos);
 }
 
 TEST(Config, TablesInTheFileAreRejected) {  // a TOML habit; the schema is flat
