@@ -5,9 +5,11 @@ all-reduce cost 2(N-1)/N x bytes / bandwidth.
 
 Backward is simulated layer by layer in reverse: each layer's gradient is ready after its share
 of the backward time (proportional to its FLOPs, from torchvision's ResNet-50 at 224x224); buckets
-of --bucket-mb fill in that order and are all-reduced one after another on their own stream as
-soon as they are full (what the trainer does). Communication that ends after backward is exposed;
-the rest is hidden.
+of up to --bucket-mb, cut from the input side with the input-most one at most --last-bucket-mb
+(what src/dist/gradient_reducer does; --last-bucket-mb 0 cuts from the classifier side instead,
+as the trainer did before), fill in that order and are all-reduced one after another on their
+own stream as soon as they are full. Communication that ends after backward is exposed; the
+rest is hidden.
 
   python3 scripts/scaling_model.py                      # the table in docs/BENCHMARKS.md
   python3 scripts/scaling_model.py --gpu-images-per-s 1300 --bucket-mb 64
@@ -54,7 +56,28 @@ def layer_profile():
     return list(reversed(layers))
 
 
-def exposed_communication(layers, backward_s, bucket_bytes, element_bytes, busbw_bytes, ranks):
+def bucket_ends(layers, bucket_bytes, last_bucket_bytes, element_bytes):
+    """Backward-order indices of the layers that complete a bucket (each bucket's input-most)."""
+    sizes = [params * element_bytes for params, _ in layers]
+    ends = {len(layers) - 1}
+    if last_bucket_bytes == 0:  # cut from the classifier side, the remainder last
+        filled = 0
+        for i, size in enumerate(sizes):
+            filled += size
+            if filled >= bucket_bytes:
+                ends.add(i)
+                filled = 0
+        return ends
+    filled, cap = 0, min(last_bucket_bytes, bucket_bytes)
+    for i in reversed(range(len(layers))):  # from the input side
+        if filled and filled + sizes[i] > cap:
+            ends.add(i)  # layer i closes the bucket that fills just before
+            filled, cap = 0, bucket_bytes
+        filled += sizes[i]
+    return ends
+
+
+def exposed_communication(layers, backward_s, ends, element_bytes, busbw_bytes, ranks):
     """Seconds of all-reduce that outlast backward, and the total all-reduce time."""
     total_flops = sum(f for _, f in layers)
     ring = 2 * (ranks - 1) / ranks
@@ -62,7 +85,7 @@ def exposed_communication(layers, backward_s, bucket_bytes, element_bytes, busbw
     for i, (params, flops) in enumerate(layers):
         t += backward_s * flops / total_flops
         filled += params * element_bytes
-        if filled >= bucket_bytes or i == len(layers) - 1:
+        if i in ends:
             duration = LATENCY_S + ring * filled / busbw_bytes
             comm_end = max(comm_end, t) + duration
             total_comm += duration
@@ -78,6 +101,8 @@ def main():
     p.add_argument("--backward-fraction", type=float, default=2 / 3,
                    help="share of the step spent in backward")
     p.add_argument("--bucket-mb", type=float, default=25.0)
+    p.add_argument("--last-bucket-mb", type=float, default=1.0,
+                   help="cap of the input-most bucket; 0: buckets cut from the classifier side")
     args = p.parse_args()
 
     layers = layer_profile()
@@ -86,7 +111,8 @@ def main():
     backward_s = step_s * args.backward_fraction
     print(f"ResNet-50: {params:,} parameters ({params * 4 / 1e6:.1f} MB fp32); one GPU "
           f"{args.gpu_images_per_s:.0f} images/s at batch {args.batch}: step {step_s * 1e3:.0f} ms, "
-          f"backward {backward_s * 1e3:.0f} ms; buckets of {args.bucket_mb:g} MB\n")
+          f"backward {backward_s * 1e3:.0f} ms; buckets of up to {args.bucket_mb:g} MB, "
+          f"the input-most up to {args.last_bucket_mb:g} MB (0: cut from the classifier side)\n")
     print("| nodes | GPUs | fabric | wire | all-reduce ms | exposed ms | images/s | efficiency |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for fabric, (inter_gbs, nvlink_gbs) in FABRICS.items():
@@ -94,8 +120,10 @@ def main():
             nodes = gpus // GPUS_PER_NODE
             busbw = (nvlink_gbs if nodes == 1 else inter_gbs) * 1e9
             for wire, element_bytes in (("fp32", 4), ("fp16", 2)):
-                exposed, comm = exposed_communication(layers, backward_s, args.bucket_mb * 2**20,
-                                                      element_bytes, busbw, gpus)
+                ends = bucket_ends(layers, args.bucket_mb * 2**20, args.last_bucket_mb * 2**20,
+                                   element_bytes)
+                exposed, comm = exposed_communication(layers, backward_s, ends, element_bytes,
+                                                      busbw, gpus)
                 rate = gpus * args.batch / (step_s + exposed)
                 efficiency = rate / (gpus * args.gpu_images_per_s)
                 print(f"| {nodes} | {gpus} | {fabric} | {wire} | {comm * 1e3:.1f} | "

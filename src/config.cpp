@@ -79,7 +79,8 @@ void add_options(CLI::App& app, Config& c) {
   add("Loss scaling", "loss_scale_init", c.loss_scale_init, "fp16: initial loss scale");
   add("Loss scaling", "loss_scale_growth_interval", c.loss_scale_growth_interval,
       "fp16: clean steps before the scale doubles");
-  add("Data parallel", "bucket_mb", c.bucket_mb, "gradient bucket size, MB");
+  add("Data parallel", "bucket_mb", c.bucket_mb,
+      "gradient bucket size cap, MB (the input-most bucket: 1 MB)");
   add("Data parallel", "grad_average", c.grad_average, "pre | post: divide before/after the sum");
   add("Data parallel", "grad_compression", c.grad_compression, "none | fp16 | bf16 on the wire");
   add("Data parallel", "collective_timeout_s", c.collective_timeout_s,

@@ -91,6 +91,30 @@ TEST(Distributed, AllReducedGradientIsTheMeanOfPerRankGradients) {
   }
 }
 
+// The schedule that overlaps communication with backward: buckets in backward order, none over the
+// cap, and the input-most one (whose all-reduce nothing can hide) small.
+TEST(Distributed, BucketsFollowBackwardOrderWithASmallLastBucket) {
+  auto params = ResNet(ResNetOptions{50, 1000, false})->parameters();
+  for (auto wire : {torch::kFloat, torch::kHalf}) {
+    const ReducerOptions options{25 << 20, true, wire, 1 << 20};
+    const auto buckets = GradientReducer::bucket_members(params, options);
+    std::vector<int64_t> order;
+    for (const auto& members : buckets) {
+      int64_t bytes = 0;
+      for (int64_t i : members) bytes += params[i].numel() * torch::elementSize(wire);
+      EXPECT_LE(bytes, options.bucket_bytes);
+      order.insert(order.end(), members.begin(), members.end());
+    }
+    for (size_t k = 0; k < order.size(); ++k)  // every parameter once, last registered first
+      ASSERT_EQ(order[k], static_cast<int64_t>(params.size() - 1 - k));
+    int64_t last_bytes = 0;
+    for (int64_t i : buckets.back()) last_bytes += params[i].numel() * torch::elementSize(wire);
+    EXPECT_LE(last_bytes, options.last_bucket_bytes);
+    EXPECT_GT(buckets.back().size(), 3u);  // conv1, its BN and more: not a sliver
+    EXPECT_GE(buckets.size(), wire == torch::kFloat ? 5u : 3u);
+  }
+}
+
 TEST(Distributed, ReplicasStayBitwiseIdentical) {
   Config c = dist_config();
   c.seed = 7 + g_group->rank();  // different seeds: rank 0's weights must win the broadcast

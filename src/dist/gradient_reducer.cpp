@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <algorithm>
+
 namespace trainer {
 
 // Note [Bucket order]
@@ -23,6 +25,36 @@ namespace trainer {
 // second time on top of the hook's copy. prepare_step drops them. With a compressed wire the
 // bucket holds fp16/bf16, so the averages are converted into fp32 gradients instead.
 
+// Note [Bucket sizes]
+// The last bucket to fill holds the parameters nearest the input, whose gradients come at the
+// very end of backward: its all-reduce has nothing left to overlap with, so all of it adds to the
+// step. Buckets are therefore cut starting from the input side: the input-most one is small
+// (last_bucket_bytes, 1 MB: a ResNet-50's conv1, layer1 and the start of layer2), the others up to
+// bucket_bytes, and the remainder lands in the first bucket to fill (the classifier's side), which
+// overlaps the rest of backward. Cut the other way, from the classifier, the remainder was the last
+// bucket: 16 MB of ResNet-50 (22 MB with fp16 on the wire) left exposed; scripts/scaling_model.py
+// has the effect on P3 and P3dn clusters (docs/BENCHMARKS.md).
+std::vector<std::vector<int64_t>> GradientReducer::bucket_members(
+    const std::vector<at::Tensor>& params, const ReducerOptions& options) {
+  const int64_t element_bytes = c10::elementSize(options.wire_dtype);
+  std::vector<std::vector<int64_t>> buckets(1);  // input side first, while cutting
+  int64_t filled = 0;
+  int64_t cap = std::min(options.last_bucket_bytes, options.bucket_bytes);
+  for (int64_t i = 0; i < static_cast<int64_t>(params.size()); ++i) {
+    const int64_t bytes = params[i].numel() * element_bytes;
+    if (filled > 0 && filled + bytes > cap) {
+      buckets.emplace_back();
+      filled = 0;
+      cap = options.bucket_bytes;
+    }
+    buckets.back().push_back(i);
+    filled += bytes;
+  }
+  std::reverse(buckets.begin(), buckets.end());  // backward order: classifier side first
+  for (auto& members : buckets) std::reverse(members.begin(), members.end());
+  return buckets;
+}
+
 GradientReducer::GradientReducer(const std::vector<at::Tensor>& params, ProcessGroup& group,
                                  const ReducerOptions& options)
     : params_(params),
@@ -35,17 +67,16 @@ GradientReducer::GradientReducer(const std::vector<at::Tensor>& params, ProcessG
   const c10::Device device = params.front().device();
   TORCH_CHECK(device.is_cuda() || options.wire_dtype == at::kFloat,
               "gradient compression needs the GPU path (NCCL)");
-  const int64_t element_bytes = c10::elementSize(options.wire_dtype);
   std::vector<int64_t> sizes;  // elements per bucket
-  for (int64_t i = static_cast<int64_t>(params.size()) - 1; i >= 0; --i) {
-    TORCH_INTERNAL_ASSERT(params[i].is_non_overlapping_and_dense());
-    if (buckets_.empty() || sizes.back() * element_bytes >= options.bucket_bytes) {
-      buckets_.emplace_back();
-      sizes.push_back(0);
+  for (std::vector<int64_t>& members : bucket_members(params, options)) {
+    buckets_.emplace_back();
+    sizes.push_back(0);
+    for (int64_t i : members) {
+      TORCH_INTERNAL_ASSERT(params[i].is_non_overlapping_and_dense());
+      slots_[i] = {static_cast<int64_t>(buckets_.size()) - 1, sizes.back()};
+      sizes.back() += params[i].numel();
     }
-    slots_[i] = {static_cast<int64_t>(buckets_.size()) - 1, sizes.back()};
-    buckets_.back().params.push_back(i);
-    sizes.back() += params[i].numel();
+    buckets_.back().params = std::move(members);
   }
   for (size_t b = 0; b < buckets_.size(); ++b) {
     buckets_[b].buffer = at::zeros({sizes[b]}, params.front().options().dtype(options.wire_dtype));

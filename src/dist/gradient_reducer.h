@@ -1,5 +1,6 @@
-// Data-parallel gradient averaging. Gradients are packed into buckets of about `bucket_bytes` in
-// reverse registration order (roughly the order backward produces them). A hook on each parameter
+// Data-parallel gradient averaging. Gradients are packed into buckets of up to `bucket_bytes` in
+// reverse registration order (roughly the order backward produces them), the input-most bucket
+// small (Note [Bucket sizes] in gradient_reducer.cpp). A hook on each parameter
 // copies its gradient into its bucket; when a bucket's last gradient arrives, the bucket is
 // all-reduced on a communication stream while backward goes on. Buckets are launched strictly in
 // index order, so every rank issues the same collectives in the same order (NCCL requires it).
@@ -26,6 +27,7 @@ struct ReducerOptions {
   int64_t bucket_bytes = 25 << 20;  // DDP's default; Horovod fuses up to 64 MB
   bool predivide = true;            // divide by the world size before summing (no fp16 overflow)
   at::ScalarType wire_dtype = at::kFloat;  // kHalf / kBFloat16: compressed on the wire (GPU only)
+  int64_t last_bucket_bytes = 1 << 20;     // the input-most bucket: its all-reduce is never hidden
 };
 
 class GradientReducer {
@@ -45,6 +47,9 @@ class GradientReducer {
   void finish_step();
 
   int64_t bucket_count() const { return static_cast<int64_t>(buckets_.size()); }
+  // Parameter indices per bucket, in launch order (a parameter larger than the cap gets its own).
+  static std::vector<std::vector<int64_t>> bucket_members(const std::vector<at::Tensor>& params,
+                                                          const ReducerOptions& options);
   // Every reduction launched from now on is reported to `watchdog`, which times it out.
   void set_watchdog(Watchdog* watchdog) { watchdog_ = watchdog; }
 
