@@ -3,6 +3,7 @@
 # root, using the bundle that scripts/device-bundle.sh made on the build machine (no compiler,
 # packages or network needed there). Stages, in order (default: all):
 #   tests      the GPU tests (fused input kernel, fp16/bf16 steps in channels_last, loss scaling)
+#              and the gradient all-reduce over NCCL under `mpirun -np 1` (fp32/fp16/bf16 wire)
 #   overhead   the gradient path at world size one: `train --benchmark` alone against
 #              `mpirun -np 1 train --benchmark` (bucketing, hooks, NCCL), alternated, twice
 #   allreduce  bench-allreduce over NCCL
@@ -40,7 +41,10 @@ benchmark=(train --config "$root/configs/one-gpu.toml" --data_source synthetic -
 for stage in "${stages[@]}"; do
   echo "== $stage"
   case $stage in
-    tests) trainer_tests --gtest_filter='Gpu.*' ;;
+    tests)
+      trainer_tests --gtest_filter='Gpu.*'
+      mpirun -np 1 distributed_tests --gtest_filter='Distributed.Gpu*'
+      ;;
     overhead)
       for run in 1 2; do
         echo "-- run $run: alone (no data parallelism)"

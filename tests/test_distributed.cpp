@@ -43,10 +43,16 @@ Batch batch_for(int index) {
   return {torch::randint(0, 256, {4, 32, 32, 3}, torch::kByte), torch::randint(0, 4, {4})};
 }
 
+// Runs forward and backward of `model` on `batch`, on the model's device.
+void backward_on(ResNet& model, const Batch& batch) {
+  const torch::Device device = model->parameters().front().device();
+  auto images = batch.images.permute({0, 3, 1, 2}).to(torch::kFloat).div(255).contiguous();
+  torch::cross_entropy_loss(model->forward(images.to(device)), batch.labels.to(device)).backward();
+}
+
 std::vector<torch::Tensor> grads_of(ResNet& model, const Batch& batch) {
   for (auto& p : model->parameters()) p.mutable_grad().reset();
-  auto images = batch.images.permute({0, 3, 1, 2}).to(torch::kFloat).div(255).contiguous();
-  torch::cross_entropy_loss(model->forward(images), batch.labels).backward();
+  backward_on(model, batch);
   std::vector<torch::Tensor> out;
   for (auto& p : model->parameters()) out.push_back(p.grad().clone());
   return out;
@@ -79,9 +85,7 @@ TEST(Distributed, AllReducedGradientIsTheMeanOfPerRankGradients) {
     for (int step = 0; step < 2; ++step) {
       const auto& mean = means[step];
       reducer.prepare_step();
-      const Batch own = batch_for(step * 10 + g_group->rank());
-      auto images = own.images.permute({0, 3, 1, 2}).to(torch::kFloat).div(255).contiguous();
-      torch::cross_entropy_loss(model->forward(images), own.labels).backward();
+      backward_on(model, batch_for(step * 10 + g_group->rank()));
       reducer.finish_step();
       auto params = model->parameters();
       for (size_t i = 0; i < params.size(); ++i)
@@ -112,6 +116,34 @@ TEST(Distributed, BucketsFollowBackwardOrderWithASmallLastBucket) {
     EXPECT_LE(last_bytes, options.last_bucket_bytes);
     EXPECT_GT(buckets.back().size(), 3u);  // conv1, its BN and more: not a sliver
     EXPECT_GE(buckets.size(), wire == torch::kFloat ? 5u : 3u);
+  }
+}
+
+// The NCCL path: hooks on the autograd engine's device thread, the communication stream and its
+// events, gradients as bucket views, and fp16/bf16 on the wire. Needs a GPU for every rank of the
+// node (skips otherwise, on every rank alike so no collective is left waiting).
+TEST(Distributed, GpuAllReduceIsTheMeanOfPerRankGradients) {
+  const bool has_gpu = torch::cuda::is_available() &&
+                       torch::cuda::device_count() >= static_cast<int64_t>(g_group->local_size());
+  if (g_group->sum(has_gpu ? 0 : 1) > 0) GTEST_SKIP() << "needs one CUDA device per rank";
+  const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(g_group->local_rank()));
+  if (!g_group->uses_nccl()) g_group->init_nccl(device);
+  for (auto wire : {torch::kFloat, torch::kHalf, torch::kBFloat16}) {
+    torch::manual_seed(0);
+    ResNet model(ResNetOptions{18, 4, false});
+    model->to(device);
+    const auto mean = mean_of_rank_grads(model, 0);
+    GradientReducer reducer(model->parameters(), *g_group, {1 << 20, true, wire, 1 << 20});
+    for (int step = 0; step < 2; ++step) {  // the same batch twice: the views are reset between
+      reducer.prepare_step();
+      backward_on(model, batch_for(g_group->rank()));
+      reducer.finish_step();
+      auto params = model->parameters();
+      const double tolerance = wire == torch::kFloat ? 1e-4 : 1e-2;  // 8-11 bit mantissas
+      for (size_t i = 0; i < params.size(); ++i)
+        EXPECT_TRUE(torch::allclose(params[i].grad(), mean[i], tolerance, 1e-5))
+            << "parameter " << i << " step " << step << " wire " << wire;
+    }
   }
 }
 
