@@ -103,8 +103,8 @@ int run(int argc, char** argv, std::unique_ptr<ProcessGroup>& group) {
   Trainer trainer(config, device, group.get());
   std::optional<Watchdog> watchdog;
   if (group->uses_mpi()) {
-    watchdog.emplace(*group, std::chrono::seconds(config.collective_timeout_s));
-    trainer.reducer()->set_watchdog(&*watchdog);
+    watchdog.emplace(*group, std::chrono::seconds(config.collective_timeout_s), device);
+    trainer.set_watchdog(&*watchdog);
   }
   if (config.benchmark) {
     report_benchmark(run_benchmark(trainer, *sources.train, config), config, metrics);

@@ -105,8 +105,15 @@ at::Tensor Trainer::prepare_images(const at::Tensor& images) const {
   return normalize_images(images.to(device_, /*non_blocking=*/true), input_dtype_, memory_format_);
 }
 
+void Trainer::set_watchdog(Watchdog* watchdog) {
+  watchdog_ = watchdog;
+  if (reducer_) reducer_->set_watchdog(watchdog);
+}
+
 at::Tensor Trainer::train_step(const Batch& batch, double lr) {
   const auto host_start = std::chrono::steady_clock::now();
+  ++step_;
+  if (watchdog_) watchdog_->set_step(step_);
   if (step_start_) step_start_->record();
   at::Tensor images = prepare_images(batch.images);                     // (N, 3, H, W)
   at::Tensor labels = batch.labels.to(device_, /*non_blocking=*/true);  // (N)
@@ -191,6 +198,7 @@ void Trainer::restore(const Checkpoint& checkpoint) {
   load_state_dict(*model_, checkpoint.model);
   optimizer_->load_state(checkpoint.optimizer);
   scaler_.load(checkpoint.loss_scale, checkpoint.loss_scale_growth_tracker);
+  step_ = checkpoint.step;
 }
 
 }  // namespace trainer

@@ -1,7 +1,9 @@
 """`mpirun -np N train` on the CPU: a run completes and logs its world; a rank that throws, a
 rank killed with SIGKILL and a rank that stops answering each end the whole job with a non-zero
-status within the timeout, leaving no process behind."""
+status within the timeout, leaving no process behind; so does a host collective that one rank
+never joins."""
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -100,6 +102,7 @@ def test_a_killed_or_stuck_rank_ends_the_job(tmp_path, sig):
         assert time.time() - start_time < 60  # collective_timeout_s is 10
         if sig == signal.SIGSTOP:
             assert "has not finished after 10 s" in rest
+            assert re.search(r"at step [1-9]", rest), rest  # the step the job was at
         time.sleep(1)
         assert not train_processes(tmp_path)
     finally:
@@ -107,6 +110,21 @@ def test_a_killed_or_stuck_rank_ends_the_job(tmp_path, sig):
             os.killpg(proc.pid, signal.SIGKILL)
         for pid in train_processes(tmp_path):
             os.kill(int(pid), signal.SIGKILL)
+
+
+def test_a_host_collective_one_rank_never_joins_ends_the_job():
+    # Log-interval sums and allgathers are MPI calls too: a rank that misses one (stopped
+    # between its last gradient bucket and the log) must not hang the others.
+    start_time = time.time()
+    result = subprocess.run(["mpirun", "--oversubscribe", "-np", "2",
+                             str(binary("distributed_tests")), "--gtest_also_run_disabled_tests",
+                             "--gtest_filter=*HostCollectiveOneRankMissesEndsTheJob"],
+                            capture_output=True, text=True, env=MPI_ENV, timeout=120)
+    out = result.stdout + result.stderr
+    assert result.returncode != 0, out
+    assert time.time() - start_time < 60, out  # the watchdog's timeout is 2 s
+    assert "MPI sum of a count at step 0 has not finished after 2 s" in out
+    assert "should have ended the job" not in out
 
 
 def test_bench_allreduce_reports_correct_sums():

@@ -61,11 +61,11 @@ GradientReducer::GradientReducer(const std::vector<at::Tensor>& params, ProcessG
       slots_(params.size()),
       grads_are_views_(true),
       arrived_(params.size()),
+      device_(params.front().device()),
       group_(group),
       options_(options) {
   TORCH_INTERNAL_ASSERT(!params.empty());
-  const c10::Device device = params.front().device();
-  TORCH_CHECK(device.is_cuda() || options.wire_dtype == at::kFloat,
+  TORCH_CHECK(device_.is_cuda() || options.wire_dtype == at::kFloat,
               "gradient compression needs the GPU path (NCCL)");
   std::vector<int64_t> sizes;  // elements per bucket
   for (std::vector<int64_t>& members : bucket_members(params, options)) {
@@ -80,7 +80,7 @@ GradientReducer::GradientReducer(const std::vector<at::Tensor>& params, ProcessG
   }
   for (size_t b = 0; b < buckets_.size(); ++b) {
     buckets_[b].buffer = at::zeros({sizes[b]}, params.front().options().dtype(options.wire_dtype));
-    if (device.is_cuda()) {
+    if (device_.is_cuda()) {
       buckets_[b].ready.emplace(cudaEventDisableTiming);
       buckets_[b].done.emplace(cudaEventDisableTiming);
     }
@@ -92,8 +92,8 @@ GradientReducer::GradientReducer(const std::vector<at::Tensor>& params, ProcessG
                               .as_strided(params_[i].sizes(), params_[i].strides()));
     grads_are_views_ = grads_are_views_ && params_[i].scalar_type() == options.wire_dtype;
   }
-  if (device.is_cuda())
-    comm_stream_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device.index());
+  if (device_.is_cuda())
+    comm_stream_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device_.index());
   for (size_t i = 0; i < params_.size(); ++i)
     hook_handles_.push_back(params_[i].register_hook(
         [this, i](const at::Tensor& grad) { on_gradient(static_cast<int64_t>(i), grad); }));
@@ -136,17 +136,16 @@ void GradientReducer::launch_ready_buckets() {
 void GradientReducer::launch(Bucket& bucket, int64_t index) {
   const double scale = 1.0 / group_.size();
   const bool average = group_.size() > 1;  // dividing by one would be a pass over the bucket
-  const std::string what = "allreduce of gradient bucket " + std::to_string(index);
-  if (!comm_stream_) {  // CPU: MPI, blocking
+  if (!comm_stream_) {                     // CPU: MPI, blocking
     if (average && options_.predivide) bucket.buffer.mul_(scale);
-    if (watchdog_) watchdog_->begin_host(what);
-    group_.allreduce_sum_(bucket.buffer);
-    if (watchdog_) watchdog_->end_host();
+    group_.allreduce_sum_(bucket.buffer);  // timed by the group's watchdog
     if (average && !options_.predivide) bucket.buffer.mul_(scale);
     bucket.launched = true;
     return;
   }
-  bucket.ready->record();  // on the current (compute) stream, after the gradient copies
+  // After the gradient copies, on the stream that made them (backward's, in the autograd engine's
+  // thread; the training stream, from finish_step).
+  bucket.ready->record(c10::cuda::getCurrentCUDAStream(device_.index()));
   bucket.ready->block(*comm_stream_);
   c10::cuda::CUDAStreamGuard guard(*comm_stream_);
   if (average && options_.predivide) bucket.buffer.mul_(scale);
@@ -154,11 +153,14 @@ void GradientReducer::launch(Bucket& bucket, int64_t index) {
   if (average && !options_.predivide) bucket.buffer.mul_(scale);
   bucket.done->record(*comm_stream_);
   bucket.launched = true;
-  if (watchdog_) watchdog_->watch_event(what, &*bucket.done);
+  if (watchdog_)
+    watchdog_->watch_stream("allreduce of gradient bucket " + std::to_string(index), *comm_stream_);
 }
 
 void GradientReducer::finish_step() {
   at::NoGradGuard no_grad;
+  std::optional<c10::cuda::CUDAGuard> device_guard;  // current streams below are device_'s
+  if (device_.is_cuda()) device_guard.emplace(device_);
   for (size_t i = 0; i < params_.size(); ++i) {
     if (arrived_[i]) continue;  // no gradient this step: contribute zeros
     slot_views_[i].zero_();
@@ -168,7 +170,8 @@ void GradientReducer::finish_step() {
   launch_ready_buckets();
   TORCH_INTERNAL_ASSERT(next_launch_ == bucket_count(), "a bucket was never launched");
   if (comm_stream_)
-    for (Bucket& bucket : buckets_) bucket.done->block(c10::cuda::getCurrentCUDAStream());
+    for (Bucket& bucket : buckets_)
+      bucket.done->block(c10::cuda::getCurrentCUDAStream(device_.index()));
   for (size_t i = 0; i < params_.size(); ++i) {
     at::Tensor& grad = params_[i].mutable_grad();
     if (grads_are_views_)

@@ -75,6 +75,7 @@ class GradientReducer {
   bool grads_are_views_;                // wire dtype == parameter dtype: .grad = slot view
   std::vector<bool> arrived_;           // this step: gradient copied in
   std::vector<Bucket> buckets_;
+  c10::Device device_;       // the parameters'
   int64_t next_launch_ = 0;  // buckets launch in index order
   ProcessGroup& group_;
   ReducerOptions options_;

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "src/check.h"
+#include "src/dist/watchdog.h"
 
 namespace trainer {
 namespace {
@@ -58,6 +59,23 @@ std::string nccl_network_from_log(const std::string& path) {
 }
 
 std::atomic<bool> g_aborting{false};
+
+// A blocking MPI collective in progress, timed by the watchdog when there is one: a rank that
+// never joins (stopped, stuck, looping) must end the job, not hang it.
+class HostCollective {
+ public:
+  HostCollective(Watchdog* watchdog, const char* what) : watchdog_(watchdog) {
+    if (watchdog_) watchdog_->begin_host(what);
+  }
+  ~HostCollective() {
+    if (watchdog_) watchdog_->end_host();
+  }
+  HostCollective(const HostCollective&) = delete;
+  HostCollective& operator=(const HostCollective&) = delete;
+
+ private:
+  Watchdog* watchdog_;
+};
 
 }  // namespace
 
@@ -109,8 +127,11 @@ std::string ProcessGroup::init_nccl(c10::Device device) {
          "." + std::to_string(version % 100) + ", network: " + network;
 }
 
+// Collectives move a tensor's storage bytes as they lie. Any dense layout works (channels_last
+// weights included) as long as every rank's tensor has the same strides, which holds for
+// replicas of one model.
 void ProcessGroup::allreduce_sum_(at::Tensor& tensor, cudaStream_t stream) {
-  TORCH_INTERNAL_ASSERT(tensor.is_contiguous());
+  TORCH_INTERNAL_ASSERT(tensor.is_non_overlapping_and_dense());
   if (size_ == 1 && !nccl_) return;
   if (tensor.is_cuda()) {
     TORCH_INTERNAL_ASSERT(nccl_, "allreduce of a device tensor needs init_nccl first");
@@ -118,12 +139,13 @@ void ProcessGroup::allreduce_sum_(at::Tensor& tensor, cudaStream_t stream) {
                              nccl_type(tensor.scalar_type()), ncclSum, nccl_, stream));
     return;
   }
+  HostCollective watched(watchdog_, "MPI all-reduce of a tensor");
   MPI_Allreduce(MPI_IN_PLACE, tensor.data_ptr(), static_cast<int>(tensor.numel()),
                 mpi_type(tensor.scalar_type()), MPI_SUM, MPI_COMM_WORLD);
 }
 
 void ProcessGroup::broadcast_(at::Tensor& tensor, int root, cudaStream_t stream) {
-  TORCH_INTERNAL_ASSERT(tensor.is_contiguous());
+  TORCH_INTERNAL_ASSERT(tensor.is_non_overlapping_and_dense());
   if (size_ == 1) return;
   if (tensor.is_cuda()) {
     TORCH_INTERNAL_ASSERT(nccl_, "broadcast of a device tensor needs init_nccl first");
@@ -131,19 +153,23 @@ void ProcessGroup::broadcast_(at::Tensor& tensor, int root, cudaStream_t stream)
                              nccl_type(tensor.scalar_type()), root, nccl_, stream));
     return;
   }
+  HostCollective watched(watchdog_, "MPI broadcast of a tensor");
   MPI_Bcast(tensor.data_ptr(), static_cast<int>(tensor.nbytes()), MPI_BYTE, root, MPI_COMM_WORLD);
 }
 
 int64_t ProcessGroup::sum(int64_t value) {
   if (!uses_mpi_) return value;
   int64_t total = 0;
+  HostCollective watched(watchdog_, "MPI sum of a count");
   MPI_Allreduce(&value, &total, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
   return total;
 }
 
 std::vector<double> ProcessGroup::allgather(double value) {
   std::vector<double> out(size_, value);
-  if (uses_mpi_) MPI_Allgather(&value, 1, MPI_DOUBLE, out.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD);
+  if (!uses_mpi_) return out;
+  HostCollective watched(watchdog_, "MPI allgather of a value");
+  MPI_Allgather(&value, 1, MPI_DOUBLE, out.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD);
   return out;
 }
 

@@ -17,6 +17,8 @@
 
 namespace trainer {
 
+class Watchdog;
+
 class ProcessGroup {
  public:
   // Initialises MPI when env.under_mpi; otherwise a world of one.
@@ -38,8 +40,9 @@ class ProcessGroup {
   std::string init_nccl(c10::Device device);
   bool uses_nccl() const { return nccl_ != nullptr; }
 
-  // In-place sum over ranks of a contiguous tensor: NCCL on `stream` for device tensors (returns
-  // at once), MPI for host tensors (returns when done). Every rank calls it in the same order.
+  // In-place sum over ranks of a dense tensor (same strides on every rank): NCCL on `stream` for
+  // device tensors (returns at once), MPI for host tensors (returns when done). Every rank calls it
+  // in the same order.
   void allreduce_sum_(at::Tensor& tensor, cudaStream_t stream = nullptr);
   // Overwrites `tensor` on every rank with rank `root`'s, like allreduce_sum_.
   void broadcast_(at::Tensor& tensor, int root, cudaStream_t stream = nullptr);
@@ -47,6 +50,9 @@ class ProcessGroup {
   // Host values over MPI (identity in a world of one).
   int64_t sum(int64_t value);
   std::vector<double> allgather(double value);
+
+  // Blocking MPI collectives from now on are timed by `watchdog` (null: none). Watchdog sets this.
+  void set_watchdog(Watchdog* watchdog) { watchdog_ = watchdog; }
 
   // Polls NCCL for an asynchronous error (a peer died, the network failed); throws if any.
   void check_async_error();
@@ -60,6 +66,7 @@ class ProcessGroup {
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   std::vector<std::string> hosts_;
   ncclComm_t nccl_ = nullptr;
+  Watchdog* watchdog_ = nullptr;
 };
 
 }  // namespace trainer

@@ -1,18 +1,24 @@
-// Collective timeouts. A thread watches every collective in flight (CUDA events of NCCL
-// reductions, or a host MPI call) and, when one has not finished within the timeout, logs which
-// rank, step and collective and ends the whole job, instead of leaving it hung for 30 minutes.
-// It also polls NCCL's asynchronous errors (a peer gone, the network down).
+// Collective timeouts. A thread watches every collective in flight (NCCL reductions on a CUDA
+// stream, and every blocking MPI call of the process group while it exists) and, when one has not
+// finished within the timeout, logs which rank, step and collective and ends the whole job, instead
+// of leaving it hung for 30 minutes. It also polls NCCL's asynchronous errors (a peer gone, the
+// network down).
 #pragma once
 
 #include <ATen/cuda/CUDAEvent.h>
+#include <c10/core/Device.h>
+#include <c10/cuda/CUDAStream.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "src/dist/process_group.h"
 
@@ -20,14 +26,17 @@ namespace trainer {
 
 class Watchdog {
  public:
-  Watchdog(ProcessGroup& group, std::chrono::seconds timeout);
+  // `device`: where the watched streams run (the thread binds to it, so that querying their
+  // events creates no CUDA context on another GPU).
+  Watchdog(ProcessGroup& group, std::chrono::seconds timeout, c10::Device device);
   ~Watchdog();  // stops the thread
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
+  // The training step now running, for the message when a collective times out.
   void set_step(int64_t step) { step_ = step; }
-  // A device collective: done when `done` has completed. The event must outlive the watch.
-  void watch_event(const std::string& what, const at::cuda::CUDAEvent* done);
+  // A device collective just enqueued on `stream`: done when the stream gets past this point.
+  void watch_stream(const std::string& what, const c10::cuda::CUDAStream& stream);
   // A host collective (blocking MPI) about to start / just finished, on the calling thread.
   void begin_host(const std::string& what);
   void end_host();
@@ -36,18 +45,21 @@ class Watchdog {
   struct Watched {
     std::string what;
     int64_t step;
-    const at::cuda::CUDAEvent* done;  // null: the host collective
+    std::unique_ptr<at::cuda::CUDAEvent> done;  // null: the host collective
     std::chrono::steady_clock::time_point since;
   };
   void run();
+  void poll();
   [[noreturn]] void fire(const Watched& w);
 
   ProcessGroup& group_;
   std::chrono::seconds timeout_;
+  c10::Device device_;
   std::atomic<int64_t> step_{0};
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::deque<Watched> events_;
+  std::deque<Watched> events_;  // in enqueue order, so each finishes no later than the next
+  std::vector<std::unique_ptr<at::cuda::CUDAEvent>> spare_events_;
   std::optional<Watched> host_;
   bool stop_ = false;
   std::thread thread_;
