@@ -62,6 +62,7 @@ GradientReducer::GradientReducer(const std::vector<at::Tensor>& params, ProcessG
       grads_are_views_(true),
       arrived_(params.size()),
       device_(params.front().device()),
+      copy_scale_(options.predivide ? 1.0 / group.size() : 1.0),
       group_(group),
       options_(options) {
   TORCH_INTERNAL_ASSERT(!params.empty());
@@ -117,11 +118,15 @@ void GradientReducer::prepare_step() {
 // Runs in the autograd engine's thread, on the stream that produced `grad`.
 void GradientReducer::on_gradient(int64_t param, const at::Tensor& grad) {
   at::NoGradGuard no_grad;
+  // Pre-division happens here, in the copy's own pass: none left for the all-reduce's stream.
   if (arrived_[param]) {  // a second gradient for the same parameter: accumulate
-    slot_views_[param].add_(grad);
+    slot_views_[param].add_(grad, copy_scale_);
     return;
   }
-  slot_views_[param].copy_(grad);
+  if (copy_scale_ == 1.0)
+    slot_views_[param].copy_(grad);
+  else
+    at::mul_out(slot_views_[param], grad, copy_scale_);
   arrived_[param] = true;
   if (--buckets_[slots_[param].bucket].pending == 0 && comm_stream_) launch_ready_buckets();
 }
@@ -134,12 +139,11 @@ void GradientReducer::launch_ready_buckets() {
 }
 
 void GradientReducer::launch(Bucket& bucket, int64_t index) {
+  const bool postdivide = !options_.predivide && group_.size() > 1;  // predivided: on_gradient
   const double scale = 1.0 / group_.size();
-  const bool average = group_.size() > 1;  // dividing by one would be a pass over the bucket
   if (!comm_stream_) {                     // CPU: MPI, blocking
-    if (average && options_.predivide) bucket.buffer.mul_(scale);
     group_.allreduce_sum_(bucket.buffer);  // timed by the group's watchdog
-    if (average && !options_.predivide) bucket.buffer.mul_(scale);
+    if (postdivide) bucket.buffer.mul_(scale);
     bucket.launched = true;
     return;
   }
@@ -148,9 +152,8 @@ void GradientReducer::launch(Bucket& bucket, int64_t index) {
   bucket.ready->record(c10::cuda::getCurrentCUDAStream(device_.index()));
   bucket.ready->block(*comm_stream_);
   c10::cuda::CUDAStreamGuard guard(*comm_stream_);
-  if (average && options_.predivide) bucket.buffer.mul_(scale);
   group_.allreduce_sum_(bucket.buffer, comm_stream_->stream());
-  if (average && !options_.predivide) bucket.buffer.mul_(scale);
+  if (postdivide) bucket.buffer.mul_(scale);
   bucket.done->record(*comm_stream_);
   bucket.launched = true;
   if (watchdog_)

@@ -1,8 +1,9 @@
 // Data-parallel gradient averaging. Gradients are packed into buckets of up to `bucket_bytes` in
 // reverse registration order (roughly the order backward produces them), the input-most bucket
-// small (Note [Bucket sizes] in gradient_reducer.cpp). A hook on each parameter
-// copies its gradient into its bucket; when a bucket's last gradient arrives, the bucket is
-// all-reduced on a communication stream while backward goes on. Buckets are launched strictly in
+// small (Note [Bucket sizes] in gradient_reducer.cpp). A hook on each parameter copies its
+// gradient into its bucket (divided by the world size in the same pass, when predividing); when a
+// bucket's last gradient arrives, the bucket is all-reduced on a communication stream while
+// backward goes on. Buckets are launched strictly in
 // index order, so every rank issues the same collectives in the same order (NCCL requires it).
 // finish_step() makes the compute stream wait for the reductions and hands each parameter its
 // averaged gradient as its .grad, with no host sync: a view of the bucket (no copy back) unless
@@ -75,7 +76,8 @@ class GradientReducer {
   bool grads_are_views_;                // wire dtype == parameter dtype: .grad = slot view
   std::vector<bool> arrived_;           // this step: gradient copied in
   std::vector<Bucket> buckets_;
-  c10::Device device_;       // the parameters'
+  c10::Device device_;  // the parameters'
+  double copy_scale_;   // gradients enter the buckets times this: 1/world size when predividing
   int64_t next_launch_ = 0;  // buckets launch in index order
   ProcessGroup& group_;
   ReducerOptions options_;
