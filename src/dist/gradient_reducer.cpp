@@ -108,10 +108,7 @@ void GradientReducer::prepare_step() {
   // Last step's .grad views: autograd would add into them. Note [Gradients as bucket views]
   for (at::Tensor& param : params_) param.mutable_grad().reset();
   std::fill(arrived_.begin(), arrived_.end(), false);
-  for (Bucket& bucket : buckets_) {
-    bucket.pending = static_cast<int64_t>(bucket.params.size());
-    bucket.launched = false;
-  }
+  for (Bucket& bucket : buckets_) bucket.pending = static_cast<int64_t>(bucket.params.size());
   next_launch_ = 0;
 }
 
@@ -141,10 +138,9 @@ void GradientReducer::launch_ready_buckets() {
 void GradientReducer::launch(Bucket& bucket, int64_t index) {
   const bool postdivide = !options_.predivide && group_.size() > 1;  // predivided: on_gradient
   const double scale = 1.0 / group_.size();
-  if (!comm_stream_) {                     // CPU: MPI, blocking
-    group_.allreduce_sum_(bucket.buffer);  // timed by the group's watchdog
+  if (!comm_stream_) {  // CPU: blocking MPI, timed by the group's watchdog
+    group_.allreduce_sum_(bucket.buffer);
     if (postdivide) bucket.buffer.mul_(scale);
-    bucket.launched = true;
     return;
   }
   // After the gradient copies, on the stream that made them (backward's, in the autograd engine's
@@ -155,7 +151,6 @@ void GradientReducer::launch(Bucket& bucket, int64_t index) {
   group_.allreduce_sum_(bucket.buffer, comm_stream_->stream());
   if (postdivide) bucket.buffer.mul_(scale);
   bucket.done->record(*comm_stream_);
-  bucket.launched = true;
   if (watchdog_)
     watchdog_->watch_stream("allreduce of gradient bucket " + std::to_string(index), *comm_stream_);
 }

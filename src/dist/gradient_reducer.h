@@ -3,13 +3,12 @@
 // small (Note [Bucket sizes] in gradient_reducer.cpp). A hook on each parameter copies its
 // gradient into its bucket (divided by the world size in the same pass, when predividing); when a
 // bucket's last gradient arrives, the bucket is all-reduced on a communication stream while
-// backward goes on. Buckets are launched strictly in
-// index order, so every rank issues the same collectives in the same order (NCCL requires it).
-// finish_step() makes the compute stream wait for the reductions and hands each parameter its
-// averaged gradient as its .grad, with no host sync: a view of the bucket (no copy back) unless
-// the wire is compressed. See Note [Gradients as bucket views].
-// Without a GPU the same buckets are summed with MPI on the CPU, after backward.
-// See Note [Bucket order] in gradient_reducer.cpp.
+// backward goes on. Buckets are launched strictly in index order, so every rank issues the same
+// collectives in the same order (NCCL requires it): Note [Bucket order]. finish_step() makes the
+// compute stream wait for the reductions and hands each parameter its averaged gradient as its
+// .grad, with no host sync: a view of the bucket (no copy back) unless the wire is compressed
+// (Note [Gradients as bucket views]). Without a GPU the same buckets are summed with MPI on the
+// CPU, after backward.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -60,10 +59,9 @@ class GradientReducer {
     int64_t offset;  // elements into the bucket buffer
   };
   struct Bucket {
-    std::vector<int64_t> params;  // indices into params_
-    at::Tensor buffer;            // (elements) wire dtype, flat
-    int64_t pending = 0;          // gradients not yet copied in this step
-    bool launched = false;
+    std::vector<int64_t> params;                     // indices into params_
+    at::Tensor buffer;                               // (elements) wire dtype, flat
+    int64_t pending = 0;                             // gradients not yet copied in this step
     std::optional<at::cuda::CUDAEvent> ready, done;  // GPU: copy-in done / reduction done
   };
 
