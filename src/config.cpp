@@ -227,7 +227,7 @@ std::string did_you_mean(const CLI::App& app, const std::string& name, const std
   size_t best_distance = std::max<size_t>(2, name.size() / 4) + 1;
   for (const CLI::Option* option : app.get_options())
     for (const std::string& key : option->get_lnames()) {
-      if (!is_key(app, key)) continue;
+      if (key == "help" || key == "config") continue;
       const size_t distance = edit_distance(name, key);
       if (distance < best_distance) best = key, best_distance = distance;
     }

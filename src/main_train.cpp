@@ -101,11 +101,9 @@ int run(int argc, char** argv, std::unique_ptr<ProcessGroup>& group) {
 
   Sources sources = make_sources(config, device, group->rank());
   Trainer trainer(config, device, group.get());
-  std::optional<Watchdog> watchdog;
-  if (group->uses_mpi()) {
+  std::optional<Watchdog> watchdog;  // times every collective of `group` while it lives
+  if (group->uses_mpi())
     watchdog.emplace(*group, std::chrono::seconds(config.collective_timeout_s), device);
-    trainer.set_watchdog(&*watchdog);
-  }
   if (config.benchmark) {
     report_benchmark(run_benchmark(trainer, *sources.train, config), config, metrics);
     return 0;

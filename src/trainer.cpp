@@ -9,6 +9,7 @@
 #include "data/device_input.h"
 #include "src/autocast.h"
 #include "src/check.h"
+#include "src/dist/watchdog.h"
 
 namespace trainer {
 namespace {
@@ -105,15 +106,10 @@ at::Tensor Trainer::prepare_images(const at::Tensor& images) const {
   return normalize_images(images.to(device_, /*non_blocking=*/true), input_dtype_, memory_format_);
 }
 
-void Trainer::set_watchdog(Watchdog* watchdog) {
-  watchdog_ = watchdog;
-  if (reducer_) reducer_->set_watchdog(watchdog);
-}
-
 at::Tensor Trainer::train_step(const Batch& batch, double lr) {
   const auto host_start = std::chrono::steady_clock::now();
   ++step_;
-  if (watchdog_) watchdog_->set_step(step_);
+  if (Watchdog* watchdog = group_ ? group_->watchdog() : nullptr) watchdog->set_step(step_);
   if (step_start_) step_start_->record();
   at::Tensor images = prepare_images(batch.images);                     // (N, 3, H, W)
   at::Tensor labels = batch.labels.to(device_, /*non_blocking=*/true);  // (N)

@@ -18,7 +18,6 @@
 #include "src/config.h"
 #include "src/dist/gradient_reducer.h"
 #include "src/dist/process_group.h"
-#include "src/dist/watchdog.h"
 #include "src/loss_scaler.h"
 #include "src/optimizer.h"
 
@@ -53,8 +52,6 @@ class Trainer {
   // Forward + backward time of the last step on this rank, ms (reads the device: log intervals).
   double last_step_compute_ms() const;
   GradientReducer* reducer() { return reducer_.get(); }
-  // Times out this trainer's collectives from now on, naming the step (see Watchdog).
-  void set_watchdog(Watchdog* watchdog);
   ProcessGroup* group() const { return group_; }
   bool is_rank0() const { return !group_ || group_->rank() == 0; }
 
@@ -82,8 +79,7 @@ class Trainer {
   // Start of forward / end of backward of the last step: compute time per rank, for stragglers.
   std::optional<at::cuda::CUDAEvent> step_start_, step_backward_done_;
   double last_step_host_ms_ = 0;  // the same on the CPU, where steps run synchronously
-  int64_t step_ = 0;              // steps taken, resumed ones included
-  Watchdog* watchdog_ = nullptr;
+  int64_t step_ = 0;              // steps taken, resumed ones included (named by timeouts)
 };
 
 }  // namespace trainer

@@ -63,18 +63,29 @@ std::vector<torch::Tensor> grads_of(ResNet& model, const Batch& batch) {
   return out;
 }
 
-// Every rank's gradient for `batch_for(step * 10 + rank)`, averaged here on one rank.
-std::vector<torch::Tensor> mean_of_rank_grads(ResNet& model, int step) {
-  std::vector<torch::Tensor> mean;
+struct RankGradients {
+  std::vector<torch::Tensor> mean;       // per parameter, over ranks
+  std::vector<torch::Tensor> magnitude;  // mean of |gradient| over ranks: the rounding scale
+};
+
+// Every rank's gradient for `batch_for(step * 10 + rank)`, computed here on one rank.
+RankGradients rank_gradients(ResNet& model, int step) {
+  RankGradients out;
   for (int r = 0; r < g_group->size(); ++r) {
     auto grads = grads_of(model, batch_for(step * 10 + r));
-    if (mean.empty())
-      mean = grads;
-    else
-      for (size_t i = 0; i < grads.size(); ++i) mean[i] += grads[i];
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (r == 0) {
+        out.mean.push_back(grads[i].clone());
+        out.magnitude.push_back(grads[i].abs());
+      } else {
+        out.mean[i] += grads[i];
+        out.magnitude[i] += grads[i].abs();
+      }
+    }
   }
-  for (auto& g : mean) g /= g_group->size();
-  return mean;
+  for (auto& g : out.mean) g /= g_group->size();
+  for (auto& g : out.magnitude) g /= g_group->size();
+  return out;
 }
 
 TEST(Distributed, AllReducedGradientIsTheMeanOfPerRankGradients) {
@@ -83,8 +94,8 @@ TEST(Distributed, AllReducedGradientIsTheMeanOfPerRankGradients) {
     ResNet model(ResNetOptions{18, 4, false});
     GradientReducer reducer(model->parameters(), *g_group, {1 << 20, predivide, torch::kFloat});
     ASSERT_GT(reducer.bucket_count(), 1);
-    const std::vector<std::vector<torch::Tensor>> means = {mean_of_rank_grads(model, 0),
-                                                           mean_of_rank_grads(model, 1)};
+    const std::vector<std::vector<torch::Tensor>> means = {rank_gradients(model, 0).mean,
+                                                           rank_gradients(model, 1).mean};
     // Two steps in a row, the second with the first's averaged gradients still in .grad, as
     // an optimizer leaves them: they must not leak into the second average.
     for (int step = 0; step < 2; ++step) {
@@ -107,18 +118,19 @@ TEST(Distributed, BucketsFollowBackwardOrderWithASmallLastBucket) {
   for (auto wire : {torch::kFloat, torch::kHalf}) {
     const ReducerOptions options{25 << 20, true, wire, 1 << 20};
     const auto buckets = GradientReducer::bucket_members(params, options);
-    std::vector<int64_t> order;
-    for (const auto& members : buckets) {
+    auto bytes_of = [&](const std::vector<int64_t>& members) {
       int64_t bytes = 0;
       for (int64_t i : members) bytes += params[i].numel() * torch::elementSize(wire);
-      EXPECT_LE(bytes, options.bucket_bytes);
+      return bytes;
+    };
+    std::vector<int64_t> order;
+    for (const auto& members : buckets) {
+      EXPECT_LE(bytes_of(members), options.bucket_bytes);
       order.insert(order.end(), members.begin(), members.end());
     }
     for (size_t k = 0; k < order.size(); ++k)  // every parameter once, last registered first
       ASSERT_EQ(order[k], static_cast<int64_t>(params.size() - 1 - k));
-    int64_t last_bytes = 0;
-    for (int64_t i : buckets.back()) last_bytes += params[i].numel() * torch::elementSize(wire);
-    EXPECT_LE(last_bytes, options.last_bucket_bytes);
+    EXPECT_LE(bytes_of(buckets.back()), options.last_bucket_bytes);
     EXPECT_GT(buckets.back().size(), 3u);  // conv1, its BN and more: not a sliver
     EXPECT_GE(buckets.size(), wire == torch::kFloat ? 5u : 3u);
   }
@@ -141,16 +153,7 @@ TEST(Distributed, GpuAllReduceIsTheMeanOfPerRankGradients) {
     torch::manual_seed(0);
     ResNet model(ResNetOptions{18, 4, false});
     model->to(device);
-    std::vector<torch::Tensor> mean, magnitude;  // over ranks: gradients and their |values|
-    for (int r = 0; r < ranks; ++r) {
-      auto grads = grads_of(model, batch_for(r));
-      for (size_t i = 0; i < grads.size(); ++i) {
-        if (r == 0) mean.push_back(torch::zeros_like(grads[i]));
-        if (r == 0) magnitude.push_back(torch::zeros_like(grads[i]));
-        mean[i] += grads[i] / ranks;
-        magnitude[i] += grads[i].abs() / ranks;
-      }
-    }
+    const RankGradients expected = rank_gradients(model, 0);
     // Rounding to the wire dtype, once per rank and once per addition of the ring, scales
     // with the ranks' own values, not with their mean (which may cancel).
     const double epsilon = wire == torch::kFloat  ? 0x1p-23
@@ -159,12 +162,12 @@ TEST(Distributed, GpuAllReduceIsTheMeanOfPerRankGradients) {
     GradientReducer reducer(model->parameters(), *g_group, {1 << 20, true, wire, 1 << 20});
     for (int step = 0; step < 2; ++step) {  // the same batch twice: the views are reset between
       reducer.prepare_step();
-      backward_on(model, batch_for(g_group->rank()));
+      backward_on(model, batch_for(g_group->rank()));  // step 0's batch: rank_gradients(model, 0)
       reducer.finish_step();
       auto params = model->parameters();
       for (size_t i = 0; i < params.size(); ++i) {
-        auto bound = magnitude[i] * (2.0 * (ranks + 1) * epsilon) + 1e-6;
-        EXPECT_TRUE(((params[i].grad() - mean[i]).abs() <= bound).all().item<bool>())
+        auto bound = expected.magnitude[i] * (2.0 * (ranks + 1) * epsilon) + 1e-6;
+        EXPECT_TRUE(((params[i].grad() - expected.mean[i]).abs() <= bound).all().item<bool>())
             << "parameter " << i << " step " << step << " wire " << wire;
       }
     }

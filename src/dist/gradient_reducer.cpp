@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "src/dist/watchdog.h"
+
 namespace trainer {
 
 // Note [Bucket order]
@@ -151,8 +153,8 @@ void GradientReducer::launch(Bucket& bucket, int64_t index) {
   group_.allreduce_sum_(bucket.buffer, comm_stream_->stream());
   if (postdivide) bucket.buffer.mul_(scale);
   bucket.done->record(*comm_stream_);
-  if (watchdog_)
-    watchdog_->watch_stream("allreduce of gradient bucket " + std::to_string(index), *comm_stream_);
+  if (Watchdog* watchdog = group_.watchdog())
+    watchdog->watch_stream("allreduce of gradient bucket " + std::to_string(index), *comm_stream_);
 }
 
 void GradientReducer::finish_step() {

@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "src/dist/process_group.h"
-#include "src/dist/watchdog.h"
 
 namespace trainer {
 
@@ -50,8 +49,6 @@ class GradientReducer {
   // Parameter indices per bucket, in launch order (a parameter larger than the cap gets its own).
   static std::vector<std::vector<int64_t>> bucket_members(const std::vector<at::Tensor>& params,
                                                           const ReducerOptions& options);
-  // Every reduction launched from now on is reported to `watchdog`, which times it out.
-  void set_watchdog(Watchdog* watchdog) { watchdog_ = watchdog; }
 
  private:
   struct Slot {
@@ -81,7 +78,6 @@ class GradientReducer {
   ReducerOptions options_;
   std::optional<c10::cuda::CUDAStream> comm_stream_;
   std::vector<unsigned> hook_handles_;
-  Watchdog* watchdog_ = nullptr;
 };
 
 }  // namespace trainer

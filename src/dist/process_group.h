@@ -51,8 +51,10 @@ class ProcessGroup {
   int64_t sum(int64_t value);
   std::vector<double> allgather(double value);
 
-  // Blocking MPI collectives from now on are timed by `watchdog` (null: none). Watchdog sets this.
+  // The watchdog that times this group's collectives, if one exists: a Watchdog registers itself
+  // here for its lifetime. Blocking MPI calls report to it; so do the reducer's NCCL reductions.
   void set_watchdog(Watchdog* watchdog) { watchdog_ = watchdog; }
+  Watchdog* watchdog() const { return watchdog_; }
 
   // Polls NCCL for an asynchronous error (a peer died, the network failed); throws if any.
   void check_async_error();
