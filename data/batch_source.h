@@ -12,22 +12,30 @@ namespace trainer {
 struct Batch {
   at::Tensor images;  // (N, H, W, 3) uint8 NHWC; host memory (pinned where a GPU uses it) or device
   at::Tensor labels;  // (N) int64, class index in [0, num_classes)
+  at::Tensor ids;     // (N) int64, CPU: each image's sample id (record or image index); undefined
+                      // for synthetic data
 };
 
 class BatchSource {
  public:
   virtual ~BatchSource() = default;
 
-  // Batches in one epoch. A training source yields the same count on every rank; an evaluation
-  // source yields every image once, its last batch possibly short.
-  virtual int64_t batches_per_epoch() const = 0;
+  // Samples (images) in one epoch, over all ranks. Training progress is counted in these.
+  virtual int64_t samples_per_epoch() const = 0;
 
-  // Positions the source at batch `first_batch` of epoch `epoch` (0 unless resuming mid-epoch).
-  // The order of an epoch depends only on the seed and the epoch, so a resumed run sees the same
-  // batches as an uninterrupted one.
-  virtual void start_epoch(int64_t epoch, int64_t first_batch = 0) = 0;
+  // Positions the source at sample `position` of epoch `epoch` (0 unless resuming mid-epoch).
+  // A training epoch's order depends only on the seed and the epoch, and each step takes the next
+  // global batch of it (Note [Elastic epoch order] in data/step_shares.h), so a resumed run, at
+  // any world size, continues with exactly the samples not yet trained. Evaluation sources start
+  // at 0.
+  virtual void start_epoch(int64_t epoch, int64_t position = 0) = 0;
 
-  // The next batch of the current epoch; calling it more than batches_per_epoch() times is a bug.
+  // Batches next_batch() yields from the start position to the end of the epoch. Training: one
+  // per step, the same count on every rank, every batch full but the epoch's last, which may be
+  // short or (on some ranks) empty. Evaluation: every image once, the last batch possibly short.
+  virtual int64_t batches_left() const = 0;
+
+  // The next batch of the current epoch; calling it more than batches_left() times is a bug.
   virtual Batch next_batch() = 0;
 };
 

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "data/step_shares.h"
 #include "src/check.h"
 
 namespace trainer {
@@ -19,33 +20,37 @@ MemorySource::MemorySource(LabelledImages data, const MemorySourceOptions& optio
   start_epoch(0);
 }
 
-int64_t MemorySource::batches_per_epoch() const {
-  const int64_t b = options_.batch_size;
-  if (options_.training) return data_.images.size(0) / options_.world_size / b;  // same on all
-  return (order_.size(0) + b - 1) / b;
-}
-
-void MemorySource::start_epoch(int64_t epoch, int64_t first_batch) {
-  const int64_t m = data_.images.size(0);
-  if (options_.training) {
-    // Knuth's multiplicative hash spreads consecutive epochs over unrelated generator seeds.
-    auto generator = at::make_generator<at::CPUGeneratorImpl>(
-        options_.seed + 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(epoch + 1));
-    order_ = at::randperm(m, generator, at::TensorOptions().dtype(at::kLong));
-  } else {
-    order_ = at::arange(m, at::TensorOptions().dtype(at::kLong));
+void MemorySource::start_epoch(int64_t epoch, int64_t position) {
+  const int64_t m = data_.images.size(0), b = options_.batch_size;
+  const auto longs = at::TensorOptions().dtype(at::kLong);
+  next_index_ = 0;
+  if (!options_.training) {
+    order_ = at::arange(options_.rank, m, options_.world_size, longs);
+    batches_left_ = (order_.size(0) + b - 1) / b;
+    return;
   }
-  order_ = order_.slice(0, options_.rank, m, options_.world_size);  // this rank's shard
-  next_index_ = first_batch * options_.batch_size;
+  // Knuth's multiplicative hash spreads consecutive epochs over unrelated generator seeds.
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(
+      options_.seed + 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(epoch + 1));
+  const at::Tensor permutation = at::randperm(m, generator, longs);
+  const std::vector<int64_t> order(permutation.data_ptr<int64_t>(),
+                                   permutation.data_ptr<int64_t>() + m);
+  order_ = at::tensor(rank_samples(order, position, b, options_.rank, options_.world_size), longs);
+  batches_left_ = steps_left(m, position, b * options_.world_size);
 }
 
 Batch MemorySource::next_batch() {
+  TORCH_INTERNAL_ASSERT(batches_left_ > 0, "next_batch() called past the end of the epoch");
+  --batches_left_;
   const int64_t m = order_.size(0);
-  TORCH_INTERNAL_ASSERT(next_index_ < m, "next_batch() called past the end of the epoch");
-  const int64_t count = std::min(options_.batch_size, m - next_index_);
+  // The epoch's last batch takes what is left: fewer, none, or one more (Note [Elastic epoch
+  // order] in data/step_shares.h).
+  const int64_t count =
+      batches_left_ == 0 ? m - next_index_ : std::min(options_.batch_size, m - next_index_);
   at::Tensor indices = order_.slice(0, next_index_, next_index_ + count);
   next_index_ += count;
-  Batch batch{data_.images.index_select(0, indices), data_.labels.index_select(0, indices)};
+  Batch batch{data_.images.index_select(0, indices), data_.labels.index_select(0, indices),
+              indices};
   if (options_.pin_memory) {
     batch.images = batch.images.pin_memory();
     batch.labels = batch.labels.pin_memory();

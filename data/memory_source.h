@@ -1,8 +1,8 @@
 // Batches drawn from labelled images held in host memory (the generated smoke dataset), sharded
-// over ranks. Training: every epoch a permutation from (seed, epoch), the same on all ranks; rank r
-// takes every world_size-th image from position r, and every rank yields the same number of full
-// batches (the remainder is dropped). Evaluation: rank r takes images r, r + world_size, ... in
-// order, so each image is seen exactly once across ranks; the last batch may be short.
+// over ranks. Training: every epoch a permutation from (seed, epoch), the same on all ranks, dealt
+// out step by step (Note [Elastic epoch order] in data/step_shares.h). Evaluation: rank r takes
+// images r, r + world_size, ... in order, so each image is seen exactly once across ranks; the
+// last batch may be short.
 #pragma once
 
 #include "data/batch_source.h"
@@ -12,7 +12,7 @@ namespace trainer {
 
 struct MemorySourceOptions {
   int64_t batch_size = 32;
-  bool training = true;     // shuffle and drop the last partial batch
+  bool training = true;     // shuffle; steps of batch_size x world_size images
   uint64_t seed = 0;        // shuffle seed, shared by all ranks; the epoch is added
   bool pin_memory = false;  // allocate batches in pinned memory for asynchronous copies to a GPU
   int rank = 0;             // this process's shard
@@ -22,15 +22,17 @@ struct MemorySourceOptions {
 class MemorySource : public BatchSource {
  public:
   MemorySource(LabelledImages data, const MemorySourceOptions& options);
-  int64_t batches_per_epoch() const override;
-  void start_epoch(int64_t epoch, int64_t first_batch = 0) override;
+  int64_t samples_per_epoch() const override { return data_.images.size(0); }
+  void start_epoch(int64_t epoch, int64_t position = 0) override;
+  int64_t batches_left() const override { return batches_left_; }
   Batch next_batch() override;
 
  private:
   LabelledImages data_;
   MemorySourceOptions options_;
-  at::Tensor order_;        // (M) int64: this epoch's permutation of the images
-  int64_t next_index_ = 0;  // position in order_ of the next batch's first image
+  at::Tensor order_;          // this rank's images of the epoch from the start position, in order
+  int64_t next_index_ = 0;    // position in order_ of the next batch's first image
+  int64_t batches_left_ = 0;  // batches to the end of the epoch
 };
 
 }  // namespace trainer

@@ -4,17 +4,41 @@
 #include <ATen/core/Generator.h>
 #include <ATen/ops/randint.h>
 
+#include <algorithm>
+
+#include "data/step_shares.h"
+
 namespace trainer {
 
 SyntheticSource::SyntheticSource(const SyntheticOptions& options, c10::Device device)
     : options_(options) {
   auto generator = at::make_generator<at::CPUGeneratorImpl>(options.seed);
-  const int64_t n = options.batch_size, s = options.image_size;
+  // Room for the largest share of a step (Note [Elastic epoch order]): batch_size + 1, or 3.
+  const int64_t n = std::max<int64_t>(options.batch_size + 1, 3), s = options.image_size;
   batch_.images =
       at::randint(0, 256, {n, s, s, 3}, generator, at::TensorOptions().dtype(at::kByte)).to(device);
   batch_.labels =
       at::randint(0, options.num_classes, {n}, generator, at::TensorOptions().dtype(at::kLong))
           .to(device);
+}
+
+int64_t SyntheticSource::samples_per_epoch() const {
+  return options_.batches_per_epoch * options_.batch_size * options_.world_size;
+}
+
+void SyntheticSource::start_epoch(int64_t /*epoch*/, int64_t position) { position_ = position; }
+
+int64_t SyntheticSource::batches_left() const {
+  return steps_left(samples_per_epoch(), position_, options_.batch_size * options_.world_size);
+}
+
+Batch SyntheticSource::next_batch() {
+  const int64_t global = options_.batch_size * options_.world_size;
+  const int64_t n = step_samples(samples_per_epoch(), position_, global);
+  TORCH_INTERNAL_ASSERT(n > 0, "next_batch() called past the end of the epoch");
+  position_ += n;
+  const int64_t rows = share_of(n, options_.batch_size, options_.rank, options_.world_size).count;
+  return {batch_.images.narrow(0, 0, rows), batch_.labels.narrow(0, 0, rows), {}};
 }
 
 }  // namespace trainer

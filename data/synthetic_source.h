@@ -1,5 +1,6 @@
 // Synthetic data, as tf_cnn_benchmarks' default: one fixed random batch kept on the device and
 // returned every step, so a benchmark measures the model and the gradient path, not the input.
+// An epoch is batches_per_epoch global batches, so that progress counts as for real data.
 #pragma once
 
 #include <c10/core/Device.h>
@@ -12,20 +13,24 @@ struct SyntheticOptions {
   int64_t batch_size = 256;
   int64_t image_size = 224;
   int64_t num_classes = 1000;
-  int64_t batches_per_epoch = 100;
+  int64_t batches_per_epoch = 100;  // global batches per epoch at this world size
   uint64_t seed = 0;
+  int rank = 0;
+  int world_size = 1;
 };
 
 class SyntheticSource : public BatchSource {
  public:
   SyntheticSource(const SyntheticOptions& options, c10::Device device);
-  int64_t batches_per_epoch() const override { return options_.batches_per_epoch; }
-  void start_epoch(int64_t /*epoch*/, int64_t /*first_batch*/) override {}
-  Batch next_batch() override { return batch_; }
+  int64_t samples_per_epoch() const override;
+  void start_epoch(int64_t epoch, int64_t position) override;
+  int64_t batches_left() const override;
+  Batch next_batch() override;  // the fixed batch, cut to this rank's share of a short step
 
  private:
   SyntheticOptions options_;
   Batch batch_;
+  int64_t position_ = 0;  // samples into the epoch
 };
 
 }  // namespace trainer

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "data/image_example.h"
+#include "data/step_shares.h"
 #include "data/tfrecord/epoch_plan.h"
 #include "data/tfrecord/file.h"
 #include "src/check.h"
@@ -45,6 +46,7 @@ struct Chunk {
 struct PendingBatch {
   at::Tensor images;  // (B, S, S, 3) uint8, pinned when the device is a GPU
   at::Tensor labels;  // (B) int64
+  at::Tensor ids;     // (B) int64: the record each row was decoded from
   int64_t remaining = 0;
   std::vector<bool> bad;  // rows whose record was skipped
 };
@@ -56,8 +58,9 @@ struct TFRecordSource::Epoch {
   const TFRecordSourceOptions& o;
   int64_t epoch = 0;
   uint64_t epoch_seed = 0;
-  std::vector<int64_t> plan;  // this rank's global record ids from the first batch on
-  int64_t position_base = 0;  // plan position 0 is this position of the full epoch
+  std::vector<int64_t> plan;  // this rank's global record ids from the start position on
+  int64_t batch_count = 0;  // batches to yield: one per step when training (the last may be empty)
+  int64_t epoch_records = 0;  // this rank's share of a whole epoch, for max_bad_fraction
   std::vector<Slot> slots;    // one per plan position
   std::vector<Chunk> chunks;  // in first_position order
 
@@ -74,6 +77,13 @@ struct TFRecordSource::Epoch {
   Epoch(TFRecordSource* s, const TFRecordSourceOptions& options) : source(s), o(options) {}
 
   int64_t window_end() const { return (next_batch + o.prefetch_batches) * o.batch_size; }
+  // The batch that plan position `p` belongs to, and a batch's rows: every batch holds
+  // batch_size but the last, which holds the rest (Note [Elastic epoch order]).
+  int64_t batch_of(int64_t p) const { return std::min(p / o.batch_size, batch_count - 1); }
+  int64_t rows_of(int64_t batch) const {
+    return batch < batch_count - 1 ? o.batch_size
+                                   : static_cast<int64_t>(plan.size()) - batch * o.batch_size;
+  }
   void fail(std::exception_ptr e);
   void read_chunks(int reader);
   void decode_loop();
@@ -162,12 +172,12 @@ void TFRecordSource::Epoch::record_bad(const Damage& damage) {
     if (logged.insert({path, damage.offset}).second)
       spdlog::warn("skipping bad record in {}: {}", where, damage.reason);
   }
-  const double limit = o.max_bad_fraction * static_cast<double>(plan.size() + position_base);
+  const double limit = o.max_bad_fraction * static_cast<double>(epoch_records);
   if (static_cast<double>(bad) > limit)
-    throw UserError(detail::concat(
-        bad, " bad records in epoch ", epoch, " (the last in ", where, ": ", damage.reason,
-        ") exceed max_bad_fraction = ", o.max_bad_fraction, " of ", plan.size() + position_base,
-        " records. Fix: verify the data with verify-tfrecords"));
+    throw UserError(
+        detail::concat(bad, " bad records in epoch ", epoch, " (the last in ", where, ": ",
+                       damage.reason, ") exceed max_bad_fraction = ", o.max_bad_fraction, " of ",
+                       epoch_records, " records. Fix: verify the data with verify-tfrecords"));
 }
 
 void TFRecordSource::Epoch::finish_batch(int64_t index, PendingBatch& batch) {
@@ -181,21 +191,25 @@ void TFRecordSource::Epoch::finish_batch(int64_t index, PendingBatch& batch) {
   const int64_t row_bytes = batch.images[0].numel();
   auto* pixels = batch.images.data_ptr<uint8_t>();
   auto* labels = batch.labels.data_ptr<int64_t>();
+  auto* ids = batch.ids.data_ptr<int64_t>();
   if (o.training) {  // keep the batch full: stand in another image of the same batch
     for (int64_t r = 0, k = 0; r < rows; ++r) {
       if (!batch.bad[r]) continue;
       const int64_t from = good[k++ % good.size()];
       std::memcpy(pixels + r * row_bytes, pixels + from * row_bytes, row_bytes);
       labels[r] = labels[from];
+      ids[r] = ids[from];
     }
     return;
   }
   for (size_t k = 0; k < good.size(); ++k) {  // evaluation: drop the row, count nothing twice
     std::memmove(pixels + k * row_bytes, pixels + good[k] * row_bytes, row_bytes);
     labels[k] = labels[good[k]];
+    ids[k] = ids[good[k]];
   }
   batch.images = batch.images.narrow(0, 0, static_cast<int64_t>(good.size()));
   batch.labels = batch.labels.narrow(0, 0, static_cast<int64_t>(good.size()));
+  batch.ids = batch.ids.narrow(0, 0, static_cast<int64_t>(good.size()));
 }
 
 // Note [Recycled buffers]
@@ -235,13 +249,14 @@ void TFRecordSource::Epoch::decode_loop() {
           lock, [&] { return stop || next_position >= total || next_position < window_end(); });
       if (stop || next_position >= total) return;
       const int64_t p = next_position++;
-      const int64_t batch_index = p / b;
+      const int64_t batch_index = batch_of(p), row = p - batch_index * b;
       auto [it, inserted] = batches.try_emplace(batch_index);
       if (inserted) {
-        const int64_t rows = std::min(b, total - batch_index * b);
+        const int64_t rows = rows_of(batch_index);
         const auto pinned = at::TensorOptions().pinned_memory(o.pin_memory);
         it->second.images = image_buffer(rows);
         it->second.labels = at::empty({rows}, pinned.dtype(at::kLong));
+        it->second.ids = at::empty({rows}, at::TensorOptions().dtype(at::kLong));
         it->second.remaining = rows;
         it->second.bad.assign(rows, false);
       }
@@ -249,8 +264,9 @@ void TFRecordSource::Epoch::decode_loop() {
       if (stop) return;
       Slot slot = std::move(slots[p]);
       slots[p] = Slot();
-      uint8_t* out = it->second.images.data_ptr<uint8_t>() + (p % b) * s * s * 3;
-      int64_t* label_out = it->second.labels.data_ptr<int64_t>() + (p % b);
+      uint8_t* out = it->second.images.data_ptr<uint8_t>() + row * s * s * 3;
+      int64_t* label_out = it->second.labels.data_ptr<int64_t>() + row;
+      it->second.ids.data_ptr<int64_t>()[row] = plan[p];
       lock.unlock();
 
       Damage damage = slot.damage;
@@ -277,7 +293,7 @@ void TFRecordSource::Epoch::decode_loop() {
       if (slot.payload.capacity() > 0) source->spare_payloads_.push_back(std::move(slot.payload));
       PendingBatch& batch = batches[batch_index];
       if (!damage.reason.empty()) {
-        batch.bad[p % b] = true;
+        batch.bad[row] = true;
         *label_out = 0;
         record_bad(damage);
       }
@@ -333,14 +349,7 @@ int64_t TFRecordSource::total_records() const { return first_record_.back(); }
 
 int64_t TFRecordSource::bad_records() const { return index_bad_ + (epoch_ ? epoch_->bad : 0); }
 
-int64_t TFRecordSource::batches_per_epoch() const {
-  PlanOptions plan{options_.training, options_.seed,      options_.batch_size, 0, 1,
-                   options_.rank,     options_.world_size};
-  RecordTable table({});
-  table.first_record = first_record_;
-  const int64_t n = samples_per_rank(table, plan);
-  return (n + options_.batch_size - 1) / options_.batch_size;
-}
+int64_t TFRecordSource::batches_left() const { return epoch_->batch_count - epoch_->next_batch; }
 
 void TFRecordSource::stop_epoch() {
   if (!epoch_) return;
@@ -354,7 +363,7 @@ void TFRecordSource::stop_epoch() {
   epoch_.reset();
 }
 
-void TFRecordSource::start_epoch(int64_t epoch, int64_t first_batch) {
+void TFRecordSource::start_epoch(int64_t epoch, int64_t position) {
   stop_epoch();
   const auto& o = options_;
   auto e = std::make_unique<Epoch>(this, options_);
@@ -364,9 +373,12 @@ void TFRecordSource::start_epoch(int64_t epoch, int64_t first_batch) {
   table.first_record = first_record_;
   PlanOptions plan{o.training,      o.seed, o.batch_size, o.shuffle_buffer,
                    o.block_records, o.rank, o.world_size};
-  std::vector<int64_t> full = rank_plan(table, plan, epoch);
-  e->position_base = std::min<int64_t>(first_batch * o.batch_size, full.size());
-  e->plan.assign(full.begin() + e->position_base, full.end());
+  TORCH_INTERNAL_ASSERT(o.training || position == 0, "evaluation always starts at 0");
+  e->plan = rank_plan(table, plan, epoch, position);
+  const int64_t b = o.batch_size, planned = static_cast<int64_t>(e->plan.size());
+  e->batch_count =
+      o.training ? steps_left(total_records(), position, b * o.world_size) : (planned + b - 1) / b;
+  e->epoch_records = o.training ? total_records() / o.world_size : planned;
   e->slots.resize(e->plan.size());
 
   // Group this rank's records by (file, block) into chunks, ordered by when they are first
@@ -396,8 +408,15 @@ Batch TFRecordSource::next_batch() {
   Epoch& e = *epoch_;
   std::unique_lock<std::mutex> lock(e.mutex);
   const int64_t index = e.next_batch;
-  TORCH_INTERNAL_ASSERT(index * options_.batch_size < static_cast<int64_t>(e.plan.size()),
-                        "next_batch() called past the end of the epoch");
+  TORCH_INTERNAL_ASSERT(index < e.batch_count, "next_batch() called past the end of the epoch");
+  if (e.rows_of(index) == 0) {
+    // This rank's share of the epoch's short last step is empty (Note [Elastic epoch order]).
+    ++e.next_batch;
+    const int64_t s = options_.transform.image_size;
+    const auto longs = at::TensorOptions().dtype(at::kLong);
+    return {at::empty({0, s, s, 3}, at::TensorOptions().dtype(at::kByte)), at::empty({0}, longs),
+            at::empty({0}, longs)};
+  }
   e.batch_done.wait(lock, [&] {
     if (e.error) return true;
     auto it = e.batches.find(index);
@@ -408,7 +427,7 @@ Batch TFRecordSource::next_batch() {
   e.batches.erase(index);
   ++e.next_batch;
   e.window_moved.notify_all();
-  return {done.images, done.labels};
+  return {done.images, done.labels, done.ids};
 }
 
 }  // namespace trainer

@@ -19,7 +19,7 @@ namespace trainer {
 
 struct TFRecordSourceOptions {
   std::vector<std::string> files;  // TFRecord files, e.g. from list_tfrecord_files
-  bool training = true;            // shuffle, RandomResizedCrop + flip, drop the remainder
+  bool training = true;            // shuffle, RandomResizedCrop + flip, global-batch steps
   int64_t batch_size = 256;        // per rank
   uint64_t seed = 0;               // shared by all ranks; the epoch is mixed in
   int rank = 0;
@@ -45,10 +45,11 @@ class TFRecordSource : public BatchSource {
   explicit TFRecordSource(TFRecordSourceOptions options);
   ~TFRecordSource() override;  // stops and joins the threads
 
-  int64_t batches_per_epoch() const override;
-  void start_epoch(int64_t epoch, int64_t first_batch = 0) override;
-  // Blocks until the batch is ready. Training batches always hold batch_size images (a skipped
-  // record's row is filled with another image of the batch); evaluation batches drop it.
+  int64_t samples_per_epoch() const override { return total_records(); }
+  void start_epoch(int64_t epoch, int64_t position = 0) override;
+  int64_t batches_left() const override;
+  // Blocks until the batch is ready. A skipped record's row is filled with another image of the
+  // batch in training (the batch keeps its size) and dropped in evaluation.
   Batch next_batch() override;
 
   int64_t total_records() const;  // in all files (intact ones)

@@ -21,6 +21,9 @@ APT_PACKAGES=(
   cmake ninja-build g++ ccache pkg-config git python3 python3-venv
   libopencv-dev libprotobuf-dev protobuf-compiler libcli11-dev libspdlog-dev
   libopenmpi-dev openmpi-bin libgtest-dev shellcheck
+  # Gloo's headers, to declare LibTorch's own Gloo process group (the CPU backend under torchrun);
+  # the code that runs is LibTorch's: libgloo itself is not linked.
+  libgloo-dev
 )
 
 sudo_if_needed() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }

@@ -52,10 +52,13 @@ double percentile(std::vector<double> values, double p) {
 }  // namespace
 
 BenchmarkResult run_benchmark(Trainer& trainer, BatchSource& source, const Config& config) {
-  const double lr = LrSchedule(config, source.batches_per_epoch()).peak();
+  const double lr = LrSchedule(config, source.samples_per_epoch()).peak();
   source.start_epoch(0);
   at::Tensor sink;  // keeps the last loss alive so no step is optimised away
-  auto step = [&] { sink = trainer.train_step(source.next_batch(), lr); };
+  auto step = [&] {
+    if (source.batches_left() == 0) source.start_epoch(0);
+    sink = trainer.train_step(source.next_batch(), lr);
+  };
   for (int64_t i = 0; i < config.benchmark_warmup_steps; ++i) step();  // cuDNN autotuning too
 
   std::vector<double> ms = trainer.device().is_cuda()

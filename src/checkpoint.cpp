@@ -23,6 +23,7 @@ namespace {
 
 constexpr const char* kPrefix = "checkpoint-";
 constexpr const char* kSuffix = ".pt";
+constexpr const char* kTemporary = ".tmp.";  // checkpoint-<step>.pt.tmp.<pid> until renamed
 
 c10::Dict<std::string, at::Tensor> to_dict(const TensorMap& tensors) {
   c10::Dict<std::string, at::Tensor> dict;
@@ -115,13 +116,17 @@ void save_checkpoint(const Checkpoint& checkpoint, const fs::path& path) {
   dict.insert("optimizer", to_dict(checkpoint.optimizer));
   dict.insert("loss_scale", checkpoint.loss_scale);
   dict.insert("loss_scale_growth_tracker", checkpoint.loss_scale_growth_tracker);
-  dict.insert("step", checkpoint.step);
-  dict.insert("epoch", checkpoint.epoch);
+  dict.insert("step", checkpoint.progress.step);
+  dict.insert("epoch", checkpoint.progress.epoch);
+  dict.insert("samples_in_epoch", checkpoint.progress.samples_in_epoch);
+  dict.insert("world_size", checkpoint.world_size);
+  dict.insert("global_batch", checkpoint.global_batch);
+  dict.insert("samples_per_epoch", checkpoint.samples_per_epoch);
   dict.insert("config", checkpoint.config);
   const std::vector<char> bytes = pickle_for_python(c10::IValue(dict));
 
   fs::create_directories(path.parent_path());
-  const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
+  const fs::path tmp = path.string() + kTemporary + std::to_string(::getpid());
   write_file_durably(tmp, bytes);
   fs::rename(tmp, path);
   fsync_directory(path.parent_path());
@@ -142,15 +147,22 @@ Checkpoint load_checkpoint(const fs::path& path) {
   USER_CHECK(value.isGenericDict(), "checkpoint ", path, " does not hold a dict");
   auto dict = value.toGenericDict();
   for (const char* key :
-       {"model", "optimizer", "loss_scale", "loss_scale_growth_tracker", "step", "epoch", "config"})
-    USER_CHECK(dict.contains(key), "checkpoint ", path, " has no '", key, "' entry");
+       {"model", "optimizer", "loss_scale", "loss_scale_growth_tracker", "step", "epoch",
+        "samples_in_epoch", "world_size", "global_batch", "samples_per_epoch", "config"})
+    USER_CHECK(dict.contains(key), "checkpoint ", path, " has no '", key,
+               "' entry: it was not written by this trainer, or by a version that did not count ",
+               "progress in images. Fix: resume = none to start afresh");
   Checkpoint out;
   out.model = to_map(dict.at("model"), "model");
   out.optimizer = to_map(dict.at("optimizer"), "optimizer");
   out.loss_scale = dict.at("loss_scale").toDouble();
   out.loss_scale_growth_tracker = dict.at("loss_scale_growth_tracker").toInt();
-  out.step = dict.at("step").toInt();
-  out.epoch = dict.at("epoch").toInt();
+  out.progress.step = dict.at("step").toInt();
+  out.progress.epoch = dict.at("epoch").toInt();
+  out.progress.samples_in_epoch = dict.at("samples_in_epoch").toInt();
+  out.world_size = dict.at("world_size").toInt();
+  out.global_batch = dict.at("global_batch").toInt();
+  out.samples_per_epoch = dict.at("samples_per_epoch").toInt();
   out.config = dict.at("config").toStringRef();
   return out;
 }
@@ -165,6 +177,17 @@ std::optional<fs::path> newest_checkpoint(const fs::path& dir) {
   auto all = list_checkpoints(dir);
   if (all.empty()) return std::nullopt;
   return all.back();
+}
+
+int remove_unfinished_checkpoints(const fs::path& dir) {
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(kPrefix, 0) == 0 && name.find(std::string(kSuffix) + kTemporary) != name.npos)
+      removed += fs::remove(entry.path(), ec) ? 1 : 0;
+  }
+  return removed;
 }
 
 void prune_checkpoints(const fs::path& dir, int64_t keep) {

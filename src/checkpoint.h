@@ -15,14 +15,25 @@ namespace trainer {
 
 using TensorMap = std::map<std::string, at::Tensor>;
 
+// Where a run stands, in images: enough to continue it exactly at any world size or batch size
+// (Note [Elastic epoch order] in data/step_shares.h).
+struct Progress {
+  int64_t step = 0;              // optimisation steps completed
+  int64_t epoch = 0;             // epoch the next step belongs to
+  int64_t samples_in_epoch = 0;  // images of that epoch already trained: its order's position
+};
+
 struct Checkpoint {
   TensorMap model;      // parameters and buffers by torchvision name, CPU
   TensorMap optimizer;  // momentum buffers by "momentum_buffer.<parameter name>", CPU
   double loss_scale = 1.0;
   int64_t loss_scale_growth_tracker = 0;
-  int64_t step = 0;    // optimisation steps completed
-  int64_t epoch = 0;   // epoch the next step belongs to
-  std::string config;  // resolved configuration, TOML
+  Progress progress;
+  // The run that wrote it, for the log and checks at resume.
+  int64_t world_size = 1;
+  int64_t global_batch = 0;       // images per step
+  int64_t samples_per_epoch = 0;  // images in a training epoch
+  std::string config;             // resolved configuration, TOML
 };
 
 // Parameters and buffers of `module` by dotted name, as CPU copies (state_dict()).
@@ -38,5 +49,8 @@ std::filesystem::path checkpoint_path(const std::filesystem::path& dir, int64_t 
 std::optional<std::filesystem::path> newest_checkpoint(const std::filesystem::path& dir);
 // Deletes all but the newest `keep` checkpoints in `dir`.
 void prune_checkpoints(const std::filesystem::path& dir, int64_t keep);
+// Deletes what checkpoint writes killed before their rename left in `dir` (as large as a
+// checkpoint each); returns how many. For the run's one writer, at start.
+int remove_unfinished_checkpoints(const std::filesystem::path& dir);
 
 }  // namespace trainer

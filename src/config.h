@@ -91,8 +91,9 @@ struct Config {
   int64_t benchmark_warmup_steps = 20;
   int64_t benchmark_steps = 100;
 
-  // Derived in validate_config, not settable.
+  // Set by `train` from the launcher, not settable.
   int world_size = 1;
+  int restart_count = 0;  // restarts of the group by torchrun's elastic agent (resume from newest)
   int64_t global_batch() const { return batch_size * world_size; }
 };
 

@@ -5,6 +5,7 @@
 #include "data/batch_source.h"
 #include "src/config.h"
 #include "src/metrics_log.h"
+#include "src/sample_trace.h"
 #include "src/trainer.h"
 
 namespace trainer {
@@ -16,8 +17,9 @@ struct FitResult {
   double final_loss = 0.0;  // mean loss of the last log interval
 };
 
-// Trains `trainer` per `config` on `train`, evaluating on `val` when given (may be null).
+// Trains `trainer` per `config` on `train`, evaluating on `val` when given (may be null), from
+// the newest checkpoint when resuming. `trace`, when given, records each step's sample ids.
 FitResult fit(Trainer& trainer, const Config& config, BatchSource& train, BatchSource* val,
-              MetricsLog& metrics);
+              MetricsLog& metrics, SampleTrace* trace = nullptr);
 
 }  // namespace trainer

@@ -1,6 +1,8 @@
 // Learning rate per step: the linear scaling rule (base LR per 256 images x global batch / 256),
 // linear warmup from ~0 to that peak, then cosine, step or polynomial decay to the end of training.
-// Computed on the host from the step number, so it needs no device synchronisation.
+// Progress is counted in images trained, not steps, so warmup and decay land at the same fraction
+// of training whatever the world size or batch size, also across an elastic resume. Computed on
+// the host, so it needs no device synchronisation.
 #pragma once
 
 #include <cstdint>
@@ -13,17 +15,19 @@ struct Config;
 
 class LrSchedule {
  public:
-  LrSchedule(const Config& config, int64_t steps_per_epoch);
-  double at(int64_t step) const;  // LR for 0-based global `step`
+  // `samples_per_epoch`: images in one training epoch; the peak follows config.global_batch().
+  LrSchedule(const Config& config, int64_t samples_per_epoch);
+  // LR of the step that trains `step_samples` images after `trained` images of the whole run.
+  double at(int64_t trained, int64_t step_samples) const;
   double peak() const { return peak_; }
-  int64_t total_steps() const { return total_steps_; }
+  int64_t total_samples() const { return total_samples_; }
 
  private:
   std::string kind_;
   double peak_;
-  int64_t warmup_steps_;
-  int64_t total_steps_;
-  std::vector<int64_t> milestones_;  // step schedule: steps where the LR is multiplied by gamma
+  int64_t warmup_samples_;
+  int64_t total_samples_;
+  std::vector<int64_t> milestones_;  // step schedule: images after which the LR is x gamma
   double gamma_;
   double power_;
 };

@@ -76,8 +76,9 @@ int run(int argc, char** argv, std::unique_ptr<ProcessGroup>& group) {
   if (!parsed) return 0;  // --help
   Config config = *parsed;
   const Environment env = read_environment();
-  group = std::make_unique<ProcessGroup>(env);
+  group = std::make_unique<ProcessGroup>(env, std::chrono::seconds(config.collective_timeout_s));
   config.world_size = group->size();
+  config.restart_count = env.torchrun.restart_count;
   validate_config(config);  // again: some rules depend on the world size
   spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [" + group->host() + " " +
                       std::to_string(group->rank()) + "/" + std::to_string(group->size()) +
@@ -92,6 +93,9 @@ int run(int argc, char** argv, std::unique_ptr<ProcessGroup>& group) {
   const c10::Device device = select_device(config.device, group->local_rank());
   check_precision_supported(config.precision, device);
   at::globalContext().setBenchmarkCuDNN(config.cudnn_benchmark);
+  std::optional<Watchdog> watchdog;  // times every collective of `group` from here on
+  if (group->launched())
+    watchdog.emplace(*group, std::chrono::seconds(config.collective_timeout_s), device);
   log_world(*group, device, group->init_nccl(device));
   spdlog::info("resolved configuration:\n{}", config_to_toml(config));
   if (group->rank() == 0) write_resolved_config(config);
@@ -99,16 +103,20 @@ int run(int argc, char** argv, std::unique_ptr<ProcessGroup>& group) {
                                         : fs::path());
   install_stop_signal_handlers();
 
+  build_tfrecord_indexes(config, group->local_rank(), group->local_size());
+  group->barrier(
+      "the barrier after building TFRecord indexes (ranks scanning slow storage: write the "
+      "indexes beside the data once with index-tfrecords)");
   Sources sources = make_sources(config, device, group->rank());
   Trainer trainer(config, device, group.get());
-  std::optional<Watchdog> watchdog;  // times every collective of `group` while it lives
-  if (group->uses_mpi())
-    watchdog.emplace(*group, std::chrono::seconds(config.collective_timeout_s), device);
   if (config.benchmark) {
     report_benchmark(run_benchmark(trainer, *sources.train, config), config, metrics);
     return 0;
   }
-  FitResult result = fit(trainer, config, *sources.train, sources.val.get(), metrics);
+  std::optional<SampleTrace> trace;
+  if (!env.sample_trace_dir.empty()) trace.emplace(env.sample_trace_dir, group->rank());
+  FitResult result =
+      fit(trainer, config, *sources.train, sources.val.get(), metrics, trace ? &*trace : nullptr);
   if (result.stopped) return 128 + stop_signal_number();
   if (result.final_eval.images > 0)
     spdlog::info("final: top-1 {:.2f}%, top-5 {:.2f}% on {} held-out images after {} steps",

@@ -6,6 +6,7 @@
 #include "data/memory_source.h"
 #include "data/synthetic_source.h"
 #include "data/tfrecord/file.h"
+#include "data/tfrecord/index.h"
 #include "data/tfrecord_source.h"
 #include "src/environment.h"
 
@@ -45,11 +46,23 @@ std::unique_ptr<BatchSource> make_tfrecord_source(const Config& config, c10::Dev
 
 }  // namespace
 
+void build_tfrecord_indexes(const Config& config, int local_rank, int local_size) {
+  if (config.data_source != "tfrecord") return;
+  for (const auto& [key, pattern] :
+       {std::pair{"train_data", config.train_data}, std::pair{"val_data", config.val_data}}) {
+    if (pattern.empty()) continue;
+    build_missing_indexes(list_tfrecord_files(pattern, key), config.index_cache_dir, local_rank,
+                          local_size, static_cast<int>(config.reader_threads));
+  }
+}
+
 Sources make_sources(const Config& config, c10::Device device, int rank) {
   Sources sources;
   if (config.data_source == "synthetic") {
-    SyntheticOptions options{config.batch_size, config.image_size, config.num_classes,
-                             config.synthetic_batches_per_epoch, config.seed};
+    SyntheticOptions options{config.batch_size,  config.image_size,
+                             config.num_classes, config.synthetic_batches_per_epoch,
+                             config.seed,        rank,
+                             config.world_size};
     sources.train = std::make_unique<SyntheticSource>(options, device);
     return sources;
   }

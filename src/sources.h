@@ -19,4 +19,10 @@ struct Sources {
 // epoch and the same number of training batches.
 Sources make_sources(const Config& config, c10::Device device, int rank = 0);
 
+// TFRecord data (a no-op for other sources): builds the missing index files, this rank scanning
+// its share of the files among the `local_size` ranks of its node, so each file is scanned once
+// per node. Every rank calls it and then waits for the others (a barrier) before make_sources,
+// which then reads the indexes instead of scanning.
+void build_tfrecord_indexes(const Config& config, int local_rank, int local_size);
+
 }  // namespace trainer

@@ -89,7 +89,7 @@ Trainer::Trainer(const Config& config, c10::Device device, ProcessGroup* group)
   if (memory_format_ == c10::MemoryFormat::ChannelsLast) to_channels_last(model_);
   optimizer_ =
       std::make_unique<Optimizer>(model_->named_parameters().pairs(), optimizer_options(config));
-  if (group_ && group_->uses_mpi()) {
+  if (group_ && group_->launched()) {
     broadcast_from_rank0(parameter_data(*model_), *group_);
     broadcast_from_rank0(model_->buffers(), *group_);
     reducer_ = std::make_unique<GradientReducer>(model_->parameters(), *group_,
@@ -106,11 +106,7 @@ at::Tensor Trainer::prepare_images(const at::Tensor& images) const {
   return normalize_images(images.to(device_, /*non_blocking=*/true), input_dtype_, memory_format_);
 }
 
-at::Tensor Trainer::train_step(const Batch& batch, double lr) {
-  const auto host_start = std::chrono::steady_clock::now();
-  ++step_;
-  if (Watchdog* watchdog = group_ ? group_->watchdog() : nullptr) watchdog->set_step(step_);
-  if (step_start_) step_start_->record();
+at::Tensor Trainer::forward_backward(const Batch& batch, double loss_weight) {
   at::Tensor images = prepare_images(batch.images);                     // (N, 3, H, W)
   at::Tensor labels = batch.labels.to(device_, /*non_blocking=*/true);  // (N)
   at::Tensor loss;
@@ -120,8 +116,20 @@ at::Tensor Trainer::train_step(const Batch& batch, double lr) {
     loss = at::cross_entropy_loss(logits.to(at::kFloat), labels, /*weight=*/{}, at::Reduction::Mean,
                                   /*ignore_index=*/-100, config_.label_smoothing);
   }
+  scaler_.scale(loss_weight == 1.0 ? loss : loss * loss_weight).backward();
+  return loss.detach();
+}
+
+at::Tensor Trainer::train_step(const Batch& batch, double lr, double loss_weight) {
+  const auto host_start = std::chrono::steady_clock::now();
+  ++step_;
+  if (Watchdog* watchdog = group_ ? group_->watchdog() : nullptr) watchdog->set_step(step_);
+  if (step_start_) step_start_->record();
   if (reducer_) reducer_->prepare_step();
-  scaler_.scale(loss).backward();
+  const bool empty = batch.labels.size(0) == 0;
+  TORCH_INTERNAL_ASSERT(!empty || reducer_, "an empty batch only happens with several ranks");
+  at::Tensor loss = empty ? at::zeros({}, at::TensorOptions().device(device_))
+                          : forward_backward(batch, loss_weight);
   if (step_backward_done_) step_backward_done_->record();
   last_step_host_ms_ =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - host_start)
@@ -133,7 +141,7 @@ at::Tensor Trainer::train_step(const Batch& batch, double lr) {
   optimizer_->step(lr, scaler_.found_inf());
   scaler_.update();
   optimizer_->zero_grad();
-  return loss.detach();
+  return loss;
 }
 
 EvalResult Trainer::evaluate(BatchSource& source) {
@@ -143,7 +151,7 @@ EvalResult Trainer::evaluate(BatchSource& source) {
   at::Tensor top5 = top1.clone();
   int64_t images = 0;
   source.start_epoch(0);
-  for (int64_t b = 0; b < source.batches_per_epoch(); ++b) {
+  for (int64_t b = source.batches_left(); b > 0; --b) {
     Batch batch = source.next_batch();
     at::Tensor labels = batch.labels.to(device_, /*non_blocking=*/true).unsqueeze(1);  // (N, 1)
     at::Tensor logits;
@@ -178,14 +186,15 @@ double Trainer::last_step_compute_ms() const {
   return step_start_->elapsed_time(*step_backward_done_);
 }
 
-Checkpoint Trainer::checkpoint(int64_t step, int64_t epoch) const {
+Checkpoint Trainer::checkpoint(const Progress& progress) const {
   Checkpoint out;
   out.model = state_dict(*model_);
   out.optimizer = optimizer_->state();
   out.loss_scale = scaler_.scale_value();
   out.loss_scale_growth_tracker = scaler_.growth_tracker_value();
-  out.step = step;
-  out.epoch = epoch;
+  out.progress = progress;
+  out.world_size = config_.world_size;
+  out.global_batch = config_.global_batch();
   out.config = config_to_toml(config_);
   return out;
 }
@@ -194,7 +203,7 @@ void Trainer::restore(const Checkpoint& checkpoint) {
   load_state_dict(*model_, checkpoint.model);
   optimizer_->load_state(checkpoint.optimizer);
   scaler_.load(checkpoint.loss_scale, checkpoint.loss_scale_growth_tracker);
-  step_ = checkpoint.step;
+  step_ = checkpoint.progress.step;
 }
 
 }  // namespace trainer

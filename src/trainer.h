@@ -39,8 +39,12 @@ class Trainer {
   Trainer(const Config& config, c10::Device device, ProcessGroup* group = nullptr);
 
   // One optimisation step on `batch` at learning rate `lr`. Returns the batch's mean loss, a
-  // 0-dim float device tensor. In fp16, a step with overflowing gradients changes no weights.
-  at::Tensor train_step(const Batch& batch, double lr);
+  // 0-dim float device tensor (0 for an empty batch). In fp16, a step with overflowing gradients
+  // changes no weights. `loss_weight` scales this rank's loss in the average over ranks: the
+  // rank's share of the step's images times the world size (1 when every rank has a full batch;
+  // Note [Elastic epoch order]). An empty batch, a rank's share of a short last step, only takes
+  // part in the gradient average (contributing zeros) and the update.
+  at::Tensor train_step(const Batch& batch, double lr, double loss_weight = 1.0);
 
   // Top-1/top-5 over every batch of one epoch of `source`, in eval mode (BN running statistics).
   // With a group: each rank evaluates its shard and the counts are summed over ranks.
@@ -55,8 +59,8 @@ class Trainer {
   ProcessGroup* group() const { return group_; }
   bool is_rank0() const { return !group_ || group_->rank() == 0; }
 
-  // The state to save (reads the device) and to restore, at `step` steps into `epoch`.
-  Checkpoint checkpoint(int64_t step, int64_t epoch) const;
+  // The state to save (reads the device) at `progress`, and to restore.
+  Checkpoint checkpoint(const Progress& progress) const;
   void restore(const Checkpoint& checkpoint);
 
   ResNet& model() { return model_; }
@@ -66,6 +70,9 @@ class Trainer {
   at::Tensor prepare_images(const at::Tensor& images) const;
 
  private:
+  // Forward and scaled backward of a non-empty batch; returns its mean loss (detached).
+  at::Tensor forward_backward(const Batch& batch, double loss_weight);
+
   const Config& config_;
   c10::Device device_;
   std::optional<at::ScalarType> autocast_dtype_;  // kHalf / kBFloat16; nullopt in fp32

@@ -1,6 +1,7 @@
 // Data parallelism on the CPU under `mpirun -np 2` and `-np 3` (ctest runs both): gradient
-// averaging, identical replicas, equivalence with one rank, equal steps on uneven shards and
-// distributed evaluation. Every rank runs every test and prints its own results.
+// averaging (a short last step's uneven shares included), identical replicas, equivalence with
+// one rank, equal steps on uneven shards and distributed evaluation. Every rank runs every test
+// and prints its own results.
 #include <c10/cuda/CUDAGuard.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -9,6 +10,7 @@
 #include <thread>
 
 #include "data/memory_source.h"
+#include "data/step_shares.h"
 #include "src/dist/gradient_reducer.h"
 #include "src/dist/process_group.h"
 #include "src/dist/watchdog.h"
@@ -233,14 +235,57 @@ TEST(Distributed, SameBatchOnEveryRankReproducesOneRank) {
         << (item.value() - expected[item.key()]).abs().max().item<double>();
 }
 
+// The epoch's short last step: ranks hold shares of different sizes, one possibly empty, and the
+// averaged gradient is still the mean over the step's images (each share weighted by its size),
+// as if the whole step had one rank per share. Compared through one SGD step at lr 1.
+TEST(Distributed, ShortStepAveragesTheGradientOverItsImages) {
+  Config c = dist_config();
+  c.image_size = 64;  // a share of one image still has more than one value per BN channel
+  c.weight_decay = 0;
+  c.label_smoothing = 0;
+  const int world = g_group->size();
+  for (int64_t step_images : {int64_t{2 * world + 1}, int64_t{world + 1}, int64_t{world - 1}}) {
+    if (step_images == 0) continue;  // one rank: no empty share to test
+    std::vector<Batch> shares;
+    for (int r = 0; r < world; ++r) {
+      torch::manual_seed(200 + r);
+      const int64_t rows = share_of(step_images, c.batch_size, r, world).count;
+      shares.push_back({torch::randint(0, 256, {rows, 64, 64, 3}, torch::kByte),
+                        torch::randint(0, 4, {rows}), torch::arange(rows)});
+    }
+    // Expected: each share's own step on a fresh replica, weighted by its share of the images.
+    Trainer reference(c, torch::kCPU);
+    const auto before = reference.model()->named_parameters();
+    std::map<std::string, torch::Tensor> expected;
+    for (int r = 0; r < world; ++r) {
+      if (shares[r].labels.size(0) == 0) continue;
+      Trainer alone(c, torch::kCPU);
+      alone.train_step(shares[r], /*lr=*/1.0);
+      const double weight = double(shares[r].labels.size(0)) / step_images;
+      for (const auto& item : alone.model()->named_parameters()) {
+        auto delta = (item.value() - before[item.key()]) * weight;
+        expected[item.key()] = expected.count(item.key()) ? expected[item.key()] + delta : delta;
+      }
+    }
+    Trainer distributed(c, torch::kCPU, g_group);
+    const Batch& mine = shares[g_group->rank()];
+    distributed.train_step(mine, 1.0, double(mine.labels.size(0) * world) / step_images);
+    for (const auto& item : distributed.model()->named_parameters())
+      EXPECT_TRUE(
+          torch::allclose(item.value() - before[item.key()], expected[item.key()], 1e-4, 1e-6))
+          << item.key() << " with " << step_images << " images on " << world << " ranks";
+  }
+}
+
 TEST(Distributed, UnevenShardsRunEqualStepsAndFinish) {
   Config c = dist_config();
   c.resume = "none";
   c.output_dir = (std::filesystem::temp_directory_path() / "trainer_dist_uneven").string();
   Sources sources = make_sources(c, torch::kCPU, g_group->rank());
-  const auto per_rank = g_group->allgather(double(sources.train->batches_per_epoch()));
+  const auto per_rank = g_group->allgather(double(sources.train->batches_left()));
   for (double n : per_rank) EXPECT_EQ(n, per_rank[0]);
-  EXPECT_EQ(per_rank[0], 100 / g_group->size() / 8);
+  const int global = 8 * g_group->size();
+  EXPECT_EQ(per_rank[0], (100 + global - 1) / global);  // the last step short, nothing dropped
   Trainer trainer(c, torch::kCPU, g_group);
   MetricsLog metrics("");
   FitResult result = fit(trainer, c, *sources.train, nullptr, metrics);
@@ -273,13 +318,15 @@ TEST(Distributed, EvaluationCountsEveryImageOnceAndMatchesOneRank) {
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   trainer::Environment env = trainer::read_environment();
-  if (!env.under_mpi) {
-    std::printf("test_distributed runs under mpirun (ctest does this); nothing to do alone\n");
+  if (env.launcher == trainer::Launcher::kAlone) {
+    std::printf(
+        "test_distributed runs under mpirun or torchrun (ctest does both); nothing to do "
+        "alone\n");
     return 0;
   }
   int result = 0;
   {
-    trainer::ProcessGroup group(env);
+    trainer::ProcessGroup group(env, std::chrono::seconds(60));
     trainer::g_group = &group;
     result = RUN_ALL_TESTS();
   }

@@ -1,8 +1,11 @@
-// TFRecord framing, CRC32C, index files, file listing and the Example parser.
+// TFRecord framing, CRC32C, index files (written where no data glob sees them, built once per
+// node), file listing and the Example parser.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "data/image_example.h"
 #include "data/tfrecord/crc32c.h"
@@ -112,6 +115,39 @@ TEST(Index, TruncatedFileKeepsIntactRecordsAndReportsTheRest) {
   ASSERT_EQ(bad.size(), 1u);
   EXPECT_EQ(bad[0].offset, entries.back().offset + entries.back().size);
   EXPECT_EQ(bad[0].reason, "truncated record");
+}
+
+TEST(Index, FilesBeingWrittenNeverMatchTheDataGlob) {
+  // One thread rewrites an index (as another rank may while this one lists the data); every
+  // listing of `train-*` and of the folder must name the data files alone.
+  TempDir dir;
+  const auto files = testing::write_dataset(dir, {2, 1});
+  const std::vector<IndexEntry> entries(100000, IndexEntry{0, 100});  // long to write
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    while (!done) write_index_file(files[0] + ".idx", entries);
+  });
+  const std::vector<std::string> sorted_files(files.begin(), files.end());
+  for (int i = 0; i < 500; ++i) {
+    ASSERT_EQ(list_tfrecord_files(dir.file("train-*"), "train_data"), sorted_files) << i;
+    ASSERT_EQ(list_tfrecord_files(dir.path().string(), "train_data"), sorted_files) << i;
+  }
+  done = true;
+  writer.join();
+}
+
+TEST(Index, RanksSplitTheScanningOfMissingIndexes) {
+  // Two "ranks" of a node: each builds the indexes of its half of the files, then the other
+  // half is there for it to read.
+  TempDir dir;
+  const auto files = testing::write_dataset(dir, {2, 3, 1, 2, 2});
+  build_missing_indexes(files, "", /*share=*/1, /*shares=*/2, /*threads=*/2);
+  for (size_t f = 0; f < files.size(); ++f)
+    EXPECT_EQ(std::filesystem::exists(files[f] + ".idx"), f % 2 == 1) << files[f];
+  build_missing_indexes(files, "", 0, 2, 1);
+  std::vector<BadRecord> bad;
+  for (size_t f = 0; f < files.size(); ++f)
+    EXPECT_EQ(read_index_file(files[f] + ".idx"), load_or_build_index(files[f], "", &bad));
 }
 
 TEST(Files, GlobDirectoryAndClearErrors) {

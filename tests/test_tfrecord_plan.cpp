@@ -1,10 +1,12 @@
-// Sharding and shuffling of TFRecord epochs: equal steps on every rank, disjoint and complete
-// slices for world sizes 1..8 and uneven files, determinism per seed, a new order each epoch.
+// Sharding and shuffling of TFRecord epochs: equal steps on every rank and every record trained
+// once per epoch for world sizes 1..8 and uneven files, also across resumes at other world sizes;
+// determinism per seed, a new order each epoch, reads that stay contiguous.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <set>
 
+#include "data/step_shares.h"
 #include "data/tfrecord/epoch_plan.h"
 
 namespace trainer {
@@ -13,25 +15,104 @@ namespace {
 // Uneven shards, including an empty one and one smaller than a batch.
 const std::vector<int64_t> kCounts = {37, 0, 5, 120, 64, 1, 99};
 
-TEST(EpochPlan, TrainingEqualStepsDisjointForWorldSizes1To8) {
+// Each rank's records of the steps [first_step, first_step + steps) of a plan that starts at the
+// step boundary `position`: every step but the epoch's last gives a rank `batch` records.
+std::vector<int64_t> first_steps(const std::vector<int64_t>& plan, int64_t batch, int64_t steps) {
+  const size_t n = std::min(plan.size(), static_cast<size_t>(steps * batch));
+  return std::vector<int64_t>(plan.begin(), plan.begin() + n);
+}
+
+TEST(EpochPlan, TrainingStepsTrainEveryRecordOnceForWorldSizes1To8) {
   const RecordTable table(kCounts);
   for (int world = 1; world <= 8; ++world) {
     for (int64_t batch : {1, 4, 7}) {
-      std::set<int64_t> seen;
-      const int64_t expected = table.total() / (world * batch) * batch;
+      std::multiset<int64_t> seen;
       for (int rank = 0; rank < world; ++rank) {
         PlanOptions o{true, 7, batch, 16, 8, rank, world};
         const auto plan = rank_plan(table, o, 3);
-        ASSERT_EQ(static_cast<int64_t>(plan.size()), expected) << world << " " << batch;
-        ASSERT_EQ(samples_per_rank(table, o) % batch, 0);
-        for (int64_t r : plan) {
-          ASSERT_TRUE(r >= 0 && r < table.total());
-          ASSERT_TRUE(seen.insert(r).second) << "record " << r << " on two ranks";
-        }
+        // Full steps, then the rank's share of the short last one (possibly empty).
+        const int64_t steps = steps_left(table.total(), 0, batch * world);
+        const int64_t last =
+            step_samples(table.total(), (steps - 1) * batch * world, batch * world);
+        ASSERT_EQ(static_cast<int64_t>(plan.size()),
+                  (steps - 1) * batch + share_of(last, batch, rank, world).count)
+            << world << " " << batch;
+        seen.insert(plan.begin(), plan.end());
       }
-      // Complete up to the dropped remainder, which is smaller than one global batch.
-      EXPECT_EQ(static_cast<int64_t>(seen.size()), expected * world);
-      EXPECT_LT(table.total() - static_cast<int64_t>(seen.size()), world * batch);
+      ASSERT_EQ(static_cast<int64_t>(seen.size()), table.total()) << world << " " << batch;
+      for (int64_t r = 0; r < table.total(); ++r) ASSERT_EQ(seen.count(r), 1u) << "record " << r;
+    }
+  }
+}
+
+TEST(EpochPlan, ResizedRunsTrainEveryRecordOnce) {
+  // 2 ranks x 4 for 5 steps, then 3 ranks x 4 for 4 steps, then 1 rank x 5 to the end of the
+  // epoch: each record once, as an uninterrupted run, whatever the world size at each point.
+  const RecordTable table(kCounts);
+  struct Leg {
+    int world;
+    int64_t batch, steps;
+  };
+  std::multiset<int64_t> seen;
+  int64_t position = 0;
+  for (const Leg& leg : {Leg{2, 4, 5}, Leg{3, 4, 4}, Leg{1, 5, 1000}}) {
+    for (int rank = 0; rank < leg.world; ++rank) {
+      PlanOptions o{true, 7, leg.batch, 16, 8, rank, leg.world};
+      const auto taken = first_steps(rank_plan(table, o, 2, position), leg.batch, leg.steps);
+      seen.insert(taken.begin(), taken.end());
+    }
+    position = std::min(table.total(), position + leg.steps * leg.batch * leg.world);
+  }
+  ASSERT_EQ(static_cast<int64_t>(seen.size()), table.total());
+  for (int64_t r = 0; r < table.total(); ++r) EXPECT_EQ(seen.count(r), 1u) << "record " << r;
+}
+
+TEST(EpochPlan, SameWorldSizeResumeRepeatsTheSteps) {
+  const RecordTable table(kCounts);
+  PlanOptions o{true, 7, 4, 16, 8, 1, 3};
+  const auto whole = rank_plan(table, o, 1);
+  const auto resumed = rank_plan(table, o, 1, /*position=*/2 * 12);  // after 2 steps
+  EXPECT_EQ(resumed, std::vector<int64_t>(whole.begin() + 2 * 4, whole.end()));
+}
+
+TEST(EpochPlan, EachRanksShareIsOneRunOfTheFileWhenStepsHoldWholeBlocks) {
+  // Blocks of 50, no shuffle buffer, 4 ranks x 50: each step is 4 whole blocks, and sorting the
+  // step hands each rank one of them: one contiguous read, however many ranks share the step.
+  const RecordTable table({1000});
+  for (int rank = 0; rank < 4; ++rank) {
+    PlanOptions o{true, 3, 50, 0, 50, rank, 4};
+    const auto plan = rank_plan(table, o, 0);
+    for (size_t step = 0; step < plan.size(); step += 50) {
+      const auto [lo, hi] = std::minmax_element(plan.begin() + step, plan.begin() + step + 50);
+      EXPECT_EQ(*hi - *lo, 49) << "rank " << rank << " step " << step / 50;
+    }
+  }
+}
+
+TEST(StepShares, StepsCoverTheEpochAndNoRankTrainsOneSampleAlone) {
+  for (int world = 1; world <= 8; ++world) {
+    for (int64_t batch : {1, 2, 3, 8}) {
+      const int64_t global = batch * world;
+      for (int64_t samples = global; samples <= 5 * global + 2; ++samples) {
+        int64_t steps = 0;
+        for (int64_t p = 0; p < samples; ++steps) {
+          const int64_t n = step_samples(samples, p, global);
+          ASSERT_GT(n, global > 1 ? 1 : 0) << "a step of one sample";
+          ASSERT_LE(n, global + 1);
+          int64_t next = 0;
+          for (int rank = 0; rank < world; ++rank) {
+            const Share share = share_of(n, batch, rank, world);
+            ASSERT_EQ(share.begin, next) << "pieces in rank order, no gap";
+            next += share.count;
+            if (n == global) ASSERT_EQ(share.count, batch) << "a full step";
+            if (n > 1 && batch > 1)
+              ASSERT_NE(share.count, 1) << n << " samples on " << world << " ranks";
+          }
+          ASSERT_EQ(next, n);
+          p += n;
+        }
+        ASSERT_EQ(steps, steps_left(samples, 0, global)) << samples << " / " << global;
+      }
     }
   }
 }

@@ -1,6 +1,6 @@
 // The TFRecord batch source end to end on small generated files: batch shapes and labels,
-// determinism whatever the thread counts, equal steps on all ranks, evaluation counting each
-// image once, and the bad-record policies.
+// determinism whatever the thread counts, equal steps on all ranks (a short last step included),
+// evaluation counting each image once, and the bad-record policies.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <malloc.h>
@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "data/tfrecord_source.h"
 #include "src/check.h"
@@ -36,7 +37,7 @@ TFRecordSourceOptions options(const std::vector<std::string>& files, bool traini
 std::vector<Batch> epoch(TFRecordSource& source, int64_t e) {
   source.start_epoch(e);
   std::vector<Batch> out;
-  for (int64_t b = 0; b < source.batches_per_epoch(); ++b) out.push_back(source.next_batch());
+  while (source.batches_left() > 0) out.push_back(source.next_batch());
   return out;
 }
 
@@ -59,7 +60,7 @@ TEST(TFRecordSource, BatchesAreDeterministicWhateverTheThreadCounts) {
   o.reader_threads = 3;
   o.prefetch_batches = 1;
   TFRecordSource many(o);
-  ASSERT_EQ(one.batches_per_epoch(), 10);
+  ASSERT_EQ(one.batches_left(), 10);
   const auto a = epoch(one, 0), b = epoch(many, 0), c = epoch(one, 1);
   ASSERT_EQ(a.size(), 10u);
   bool epochs_differ = false;
@@ -73,8 +74,8 @@ TEST(TFRecordSource, BatchesAreDeterministicWhateverTheThreadCounts) {
     epochs_differ |= !a[i].labels.equal(c[i].labels);
   }
   EXPECT_TRUE(epochs_differ);
-  // Resuming mid-epoch yields the same remaining batches.
-  one.start_epoch(0, 7);
+  // Resuming mid-epoch (7 batches = 28 images in) yields the same remaining batches.
+  one.start_epoch(0, 28);
   EXPECT_TRUE(one.next_batch().images.equal(a[7].images));
 }
 
@@ -88,7 +89,7 @@ TEST(TFRecordSource, EqualStepsOnEveryRankAndEvaluationCountsEachImageOnce) {
       o.rank = rank;
       o.world_size = world;
       TFRecordSource train(o);
-      EXPECT_EQ(train.batches_per_epoch(), 30 / (4 * world));
+      EXPECT_EQ(train.batches_left(), (30 + 4 * world - 1) / (4 * world));  // last step short
       o.training = false;
       TFRecordSource val(o);
       for (const Batch& b : epoch(val, 0)) {
@@ -97,6 +98,38 @@ TEST(TFRecordSource, EqualStepsOnEveryRankAndEvaluationCountsEachImageOnce) {
       }
     }
     EXPECT_EQ(eval_images, 30) << "world " << world;
+  }
+}
+
+TEST(TFRecordSource, ShortLastStepsStillTrainEveryRecordOnce) {
+  // 4 ranks x 4. 18 records: a full step, then 2 records for rank 0 and empty batches for the
+  // others (never one record alone). 17: the single record left joins the first step.
+  struct Case {
+    std::vector<int> files;
+    std::vector<std::vector<int64_t>> rows;  // per rank, per batch
+  };
+  for (const Case& c :
+       {Case{{10, 8}, {{4, 2}, {4, 0}, {4, 0}, {4, 0}}}, Case{{10, 7}, {{5}, {4}, {4}, {4}}}}) {
+    TempDir dir;
+    const auto files = testing::write_dataset(dir, c.files);
+    std::multiset<int64_t> trained;
+    for (int rank = 0; rank < 4; ++rank) {
+      auto o = options(files, true);
+      o.rank = rank;
+      o.world_size = 4;
+      TFRecordSource train(o);
+      std::vector<int64_t> rows;
+      for (const Batch& b : epoch(train, 0)) {
+        rows.push_back(b.images.size(0));
+        EXPECT_EQ(b.labels.size(0), b.images.size(0));
+        ASSERT_EQ(b.ids.size(0), b.images.size(0));
+        for (int64_t i = 0; i < b.ids.size(0); ++i) trained.insert(b.ids[i].item<int64_t>());
+      }
+      EXPECT_EQ(rows, c.rows[rank]) << "rank " << rank;
+    }
+    const int64_t total = c.files[0] + c.files[1];
+    ASSERT_EQ(static_cast<int64_t>(trained.size()), total);
+    for (int64_t id = 0; id < total; ++id) EXPECT_EQ(trained.count(id), 1u) << "record " << id;
   }
 }
 
@@ -204,7 +237,7 @@ TEST(TFRecordSource, HostMemoryStaysFlatAcrossEpochs) {
   std::vector<size_t> in_use;
   for (int64_t e = 0; e < 10; ++e) {
     source.start_epoch(e);
-    for (int64_t b = 0; b < source.batches_per_epoch(); ++b) source.next_batch();
+    while (source.batches_left() > 0) source.next_batch();
     in_use.push_back(heap_in_use());
   }
   // The first epochs fill the recycled buffers; from then on nothing grows, although every

@@ -1,6 +1,6 @@
 // Training behaviour on the CPU with a small ResNet-18: the loss falls and accuracy beats chance
 // on a learnable task; N steps + checkpoint + resume + N steps equals 2N steps exactly;
-// checkpoints round-trip, rotate, and bad ones are clear errors.
+// checkpoints round-trip, rotate, leave no unfinished writes behind, and bad ones are clear errors.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -94,12 +94,17 @@ TEST(Training, ResumeContinuesExactly) {
 TEST(Checkpoint, RoundTripsEveryField) {
   Config c = small_config("roundtrip");
   Trainer trainer(c, torch::kCPU);
-  Checkpoint saved = trainer.checkpoint(/*step=*/7, /*epoch=*/2);
+  Checkpoint saved = trainer.checkpoint(Progress{/*step=*/7, /*epoch=*/2, /*samples_in_epoch=*/24});
+  saved.samples_per_epoch = 64;
   const fs::path path = fs::path(c.output_dir) / "one.pt";
   save_checkpoint(saved, path);
   Checkpoint loaded = load_checkpoint(path);
-  EXPECT_EQ(loaded.step, 7);
-  EXPECT_EQ(loaded.epoch, 2);
+  EXPECT_EQ(loaded.progress.step, 7);
+  EXPECT_EQ(loaded.progress.epoch, 2);
+  EXPECT_EQ(loaded.progress.samples_in_epoch, 24);
+  EXPECT_EQ(loaded.world_size, 1);
+  EXPECT_EQ(loaded.global_batch, c.batch_size);
+  EXPECT_EQ(loaded.samples_per_epoch, 64);
   EXPECT_EQ(loaded.config, saved.config);
   EXPECT_EQ(loaded.loss_scale, saved.loss_scale);
   ASSERT_EQ(loaded.model.size(), saved.model.size());
@@ -119,6 +124,21 @@ TEST(Checkpoint, KeepsTheNewestK) {
   EXPECT_FALSE(fs::exists(checkpoint_path(dir, 10)));
   EXPECT_FALSE(fs::exists(checkpoint_path(dir, 5)));
   EXPECT_FALSE(newest_checkpoint(dir / "missing").has_value());
+}
+
+TEST(Checkpoint, UnfinishedWritesAreRemovedAndCheckpointsKept) {
+  const fs::path dir = fs::temp_directory_path() / "trainer_test_unfinished";
+  fs::remove_all(dir);
+  save_checkpoint(Checkpoint{}, checkpoint_path(dir, 20));
+  const fs::path killed = checkpoint_path(dir, 30).string() + ".tmp.4242";  // writer killed
+  std::ofstream(killed) << "half a checkpoint";
+  std::ofstream(dir / "notes.txt") << "not ours";
+  EXPECT_EQ(remove_unfinished_checkpoints(dir), 1);
+  EXPECT_FALSE(fs::exists(killed));
+  EXPECT_TRUE(fs::exists(checkpoint_path(dir, 20)));
+  EXPECT_TRUE(fs::exists(dir / "notes.txt"));
+  EXPECT_EQ(newest_checkpoint(dir), checkpoint_path(dir, 20));
+  EXPECT_EQ(remove_unfinished_checkpoints(dir / "missing"), 0);
 }
 
 TEST(Checkpoint, CorruptOrMismatchedCheckpointsAreUserErrors) {

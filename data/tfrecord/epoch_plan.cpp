@@ -4,6 +4,7 @@
 #include <numeric>
 #include <random>
 
+#include "data/step_shares.h"
 #include "src/check.h"
 
 namespace trainer {
@@ -23,12 +24,6 @@ RecordTable::RecordTable(const std::vector<int64_t>& records_per_file) {
 int RecordTable::file_of(int64_t record) const {
   auto it = std::upper_bound(first_record.begin(), first_record.end(), record);
   return static_cast<int>(it - first_record.begin()) - 1;
-}
-
-int64_t samples_per_rank(const RecordTable& table, const PlanOptions& o) {
-  const int64_t total = table.total();
-  if (o.training) return total / (o.world_size * o.batch_size) * o.batch_size;
-  return total / o.world_size + (o.rank < total % o.world_size ? 1 : 0);
 }
 
 namespace {
@@ -98,17 +93,17 @@ std::vector<int64_t> global_order(const RecordTable& table, const PlanOptions& o
   return order;
 }
 
-std::vector<int64_t> rank_plan(const RecordTable& table, const PlanOptions& o, int64_t epoch) {
+std::vector<int64_t> rank_plan(const RecordTable& table, const PlanOptions& o, int64_t epoch,
+                               int64_t position) {
   TORCH_INTERNAL_ASSERT(o.world_size > 0 && o.rank >= 0 && o.rank < o.world_size);
   TORCH_INTERNAL_ASSERT(o.batch_size > 0);
   const std::vector<int64_t> order = global_order(table, o, epoch);
-  const int64_t n = samples_per_rank(table, o);
-  int64_t begin = o.rank * n;
-  if (!o.training) {  // slices of total / world, the first total % world one longer
-    const int64_t total = table.total(), base = total / o.world_size;
-    begin = o.rank * base + std::min<int64_t>(o.rank, total % o.world_size);
-  }
-  return std::vector<int64_t>(order.begin() + begin, order.begin() + begin + n);
+  if (o.training) return rank_samples(order, position, o.batch_size, o.rank, o.world_size);
+  // Evaluation: slices of total / world, the first total % world one longer.
+  const int64_t base = table.total() / o.world_size, extra = table.total() % o.world_size;
+  const int64_t begin = o.rank * base + std::min<int64_t>(o.rank, extra);
+  return std::vector<int64_t>(order.begin() + begin,
+                              order.begin() + begin + base + (o.rank < extra ? 1 : 0));
 }
 
 }  // namespace trainer

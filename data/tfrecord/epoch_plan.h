@@ -1,6 +1,6 @@
 // Which records a rank reads in an epoch, and in what order. See Note [Equal steps on all ranks].
-// The plan depends only on (record counts per file, seed, epoch, rank, world size): no I/O, no
-// communication, so every rank computes its part of the same global order independently.
+// The plan depends only on (record counts per file, seed, epoch, position, rank, world size): no
+// I/O, no communication, so every rank computes its part of the same global order independently.
 #pragma once
 
 #include <cstdint>
@@ -11,13 +11,13 @@ namespace trainer {
 // Note [Equal steps on all ranks]
 // Training: the epoch's global order is built from the seed and the epoch alone: files shuffled,
 // each file cut into blocks of contiguous records whose order is shuffled within the file,
-// records shuffled within their block, then a shuffle buffer mixes neighbouring blocks. Rank r
-// takes the contiguous slice [r * n, (r + 1) * n) with n = floor(total / (world * batch)) * batch,
-// so every rank yields exactly n / batch full batches and the remainder (different images each
-// epoch) is dropped on all ranks alike. Contiguous slices keep each rank's reads in few files, in
-// multi-MB blocks. Evaluation: the records in file order, cut into `world` contiguous slices whose
-// sizes differ by at most one; each record is seen exactly once across ranks, nothing is padded,
-// and the last batch is short.
+// records shuffled within their block, then a shuffle buffer mixes neighbouring blocks. Each step
+// takes the next global batch of that order and deals it to the ranks (Note [Elastic epoch order]
+// in data/step_shares.h), so every rank runs the same number of steps, the epoch's last step is
+// short rather than dropping records, and a rank's share of a step is a few runs of contiguous
+// records, read in multi-MB blocks. Evaluation: the records in file order, cut into `world`
+// contiguous slices whose sizes differ by at most one; each record is seen exactly once across
+// ranks, nothing is padded, and the last batch is short.
 
 struct PlanOptions {
   bool training = true;
@@ -37,15 +37,14 @@ struct RecordTable {
   int file_of(int64_t record) const;  // binary search
 };
 
-// Samples per rank per epoch: the same on every rank for training (a multiple of batch_size).
-int64_t samples_per_rank(const RecordTable& table, const PlanOptions& options);
-
 // The whole epoch's order of global record ids (training: shuffled; evaluation: identity).
 std::vector<int64_t> global_order(const RecordTable& table, const PlanOptions& options,
                                   int64_t epoch);
 
-// This rank's records of `epoch`, in the order they are yielded.
-std::vector<int64_t> rank_plan(const RecordTable& table, const PlanOptions& options, int64_t epoch);
+// This rank's records of `epoch` from global position `position` on (training; evaluation always
+// starts at 0), in the order they are yielded.
+std::vector<int64_t> rank_plan(const RecordTable& table, const PlanOptions& options, int64_t epoch,
+                               int64_t position = 0);
 
 // 64-bit mixing (splitmix64): seeds derived from (seed, epoch, record) are unrelated streams.
 uint64_t mix_seed(uint64_t a, uint64_t b);

@@ -2,11 +2,15 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "data/tfrecord/crc32c.h"
 #include "data/tfrecord/file.h"
@@ -98,7 +102,11 @@ std::vector<IndexEntry> read_index_file(const std::string& path) {
 }
 
 bool write_index_file(const std::string& path, const std::vector<IndexEntry>& entries) {
-  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const std::string temporary = (target.parent_path() / ("." + target.filename().string() +
+                                                         ".tmp." + std::to_string(::getpid())))
+                                    .string();
   {
     std::ofstream out(temporary);
     if (!out) return false;
@@ -154,6 +162,27 @@ std::vector<IndexEntry> load_or_build_index(const std::string& data_path,
     write_index_file(cached, scan.entries);  // best effort: without it we rebuild next time
   }
   return scan.entries;
+}
+
+void build_missing_indexes(const std::vector<std::string>& files, const std::string& cache_dir,
+                           int share, int shares, int threads) {
+  std::atomic<size_t> next{static_cast<size_t>(share)};
+  std::mutex mutex;
+  std::exception_ptr error;
+  auto work = [&] {
+    try {
+      std::vector<BadRecord> ignored;  // reported when the source loads the index
+      for (size_t f; (f = next.fetch_add(shares)) < files.size();)
+        load_or_build_index(files[f], cache_dir, &ignored);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!error) error = std::current_exception();
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 0; t < std::max(1, threads); ++t) pool.emplace_back(work);
+  for (auto& thread : pool) thread.join();
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace trainer

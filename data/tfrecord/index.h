@@ -27,7 +27,9 @@ ScanResult scan_tfrecord_file(const std::string& path, bool check_payload_crc);
 
 std::vector<IndexEntry> read_index_file(const std::string& path);  // UserError when malformed
 // Writes atomically (a temporary file renamed over the target), so ranks racing to build the
-// same index never see a partial one. Returns false when the folder is not writable.
+// same index never see a partial one. The temporary file's name starts with a dot, so no data
+// glob (`train-*`) or folder listing ever takes it for data. Returns false when the folder is
+// not writable.
 bool write_index_file(const std::string& path, const std::vector<IndexEntry>& entries);
 
 // The index of `data_path`: `<data_path>.idx` if present and consistent with the file, else one
@@ -36,6 +38,13 @@ bool write_index_file(const std::string& path, const std::vector<IndexEntry>& en
 std::vector<IndexEntry> load_or_build_index(const std::string& data_path,
                                             const std::string& cache_dir,
                                             std::vector<BadRecord>* bad);
+
+// Builds the missing indexes of this process's share of `files` (those whose position is `share`
+// modulo `shares`: the ranks of a node split the files, so each is scanned once per node), in
+// `threads` threads, and stores them as load_or_build_index does. Damage is left for
+// load_or_build_index to find and report.
+void build_missing_indexes(const std::vector<std::string>& files, const std::string& cache_dir,
+                           int share, int shares, int threads);
 
 // Where the cached index of `data_path` lives in `cache_dir` (a name unique to the full path).
 std::string cached_index_path(const std::string& data_path, const std::string& cache_dir);

@@ -1,12 +1,13 @@
 #include "src/dist/process_group.h"
 
+#include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <mpi.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 
 #include "src/check.h"
@@ -14,21 +15,6 @@
 
 namespace trainer {
 namespace {
-
-MPI_Datatype mpi_type(at::ScalarType type) {
-  switch (type) {
-    case at::kFloat:
-      return MPI_FLOAT;
-    case at::kDouble:
-      return MPI_DOUBLE;
-    case at::kLong:
-      return MPI_INT64_T;
-    case at::kInt:
-      return MPI_INT32_T;
-    default:
-      TORCH_CHECK(false, "no MPI reduction for ", type, "; use float32 on the CPU");
-  }
-}
 
 ncclDataType_t nccl_type(at::ScalarType type) {
   switch (type) {
@@ -60,7 +46,7 @@ std::string nccl_network_from_log(const std::string& path) {
 
 std::atomic<bool> g_aborting{false};
 
-// A blocking MPI collective in progress, timed by the watchdog when there is one: a rank that
+// A blocking host collective in progress, timed by the watchdog when there is one: a rank that
 // never joins (stopped, stuck, looping) must end the job, not hang it.
 class HostCollective {
  public:
@@ -77,47 +63,58 @@ class HostCollective {
   Watchdog* watchdog_;
 };
 
+constexpr int kHostnameBytes = 256;
+
 }  // namespace
 
-ProcessGroup::ProcessGroup(const Environment& env)
-    : uses_mpi_(env.under_mpi), capture_nccl_log_(!env.nccl_debug_set) {
-  if (!uses_mpi_) {
-    hosts_ = {env.hostname};
+ProcessGroup::ProcessGroup(const Environment& env, std::chrono::seconds timeout)
+    : launcher_(env.launcher), capture_nccl_log_(!env.nccl_debug_set) {
+  if (launcher_ == Launcher::kMpirun) comm_ = make_mpi_comm();
+  if (launcher_ == Launcher::kTorchrun) comm_ = make_gloo_comm(env, timeout);
+  if (!comm_) {
     local_rank_ = env.local_rank;
+    hosts_ = {env.hostname};
     return;
   }
-  int provided = 0;
-  // The watchdog thread may call MPI_Abort while the main thread sits in a collective.
-  MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-  MPI_Comm_size(MPI_COMM_WORLD, &size_);
-  MPI_Comm local;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local);
-  MPI_Comm_rank(local, &local_rank_);
-  MPI_Comm_size(local, &local_size_);
-  MPI_Comm_free(&local);
-
-  char name[256] = {0};
-  std::snprintf(name, sizeof(name), "%s", env.hostname.c_str());
-  std::vector<char> all(256 * size_);
-  MPI_Allgather(name, 256, MPI_CHAR, all.data(), 256, MPI_CHAR, MPI_COMM_WORLD);
-  for (int r = 0; r < size_; ++r) hosts_.emplace_back(all.data() + 256 * r);
+  rank_ = comm_->rank();
+  size_ = comm_->size();
+  local_rank_ = comm_->local_rank();
+  local_size_ = comm_->local_size();
+  hosts_ = gather_hostnames(env.hostname);
 }
 
 ProcessGroup::~ProcessGroup() {
   if (nccl_) ncclCommDestroy(nccl_);
-  if (uses_mpi_) MPI_Finalize();
+}
+
+// Each rank fills its own slot of a zeroed table; the sum over ranks is every rank's name.
+std::vector<std::string> ProcessGroup::gather_hostnames(const std::string& mine) {
+  at::Tensor table = at::zeros({size_, kHostnameBytes}, at::kByte);
+  std::memcpy(table[rank_].data_ptr(), mine.data(),
+              std::min<size_t>(mine.size(), kHostnameBytes - 1));
+  comm_->allreduce_sum_(table);
+  std::vector<std::string> hosts;
+  for (int r = 0; r < size_; ++r)
+    hosts.emplace_back(reinterpret_cast<const char*>(table[r].data_ptr()));
+  return hosts;
 }
 
 std::string ProcessGroup::init_nccl(c10::Device device) {
-  if (!device.is_cuda() || !uses_mpi_) return "";
+  if (!device.is_cuda() || !comm_) return "";
   const std::string log_path = "/tmp/trainer-nccl-init." + std::to_string(::getpid()) + ".log";
   if (capture_nccl_log_) capture_nccl_init_log(log_path);
   ncclUniqueId id;
   if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
-  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  at::Tensor id_bytes = at::from_blob(&id, {static_cast<int64_t>(sizeof(id))}, at::kByte);
+  {
+    HostCollective watched(watchdog_, "the broadcast of the NCCL id");
+    comm_->broadcast_(id_bytes, 0);
+  }
   c10::cuda::CUDAGuard guard(device);
-  NCCL_CHECK(ncclCommInitRank(&nccl_, size_, id, rank_));
+  {
+    HostCollective watched(watchdog_, "NCCL communicator set-up");
+    NCCL_CHECK(ncclCommInitRank(&nccl_, size_, id, rank_));
+  }
   int version = 0;
   NCCL_CHECK(ncclGetVersion(&version));
   const std::string network =
@@ -139,9 +136,8 @@ void ProcessGroup::allreduce_sum_(at::Tensor& tensor, cudaStream_t stream) {
                              nccl_type(tensor.scalar_type()), ncclSum, nccl_, stream));
     return;
   }
-  HostCollective watched(watchdog_, "MPI all-reduce of a tensor");
-  MPI_Allreduce(MPI_IN_PLACE, tensor.data_ptr(), static_cast<int>(tensor.numel()),
-                mpi_type(tensor.scalar_type()), MPI_SUM, MPI_COMM_WORLD);
+  HostCollective watched(watchdog_, "the all-reduce of a host tensor");
+  comm_->allreduce_sum_(tensor);
 }
 
 void ProcessGroup::broadcast_(at::Tensor& tensor, int root, cudaStream_t stream) {
@@ -153,24 +149,31 @@ void ProcessGroup::broadcast_(at::Tensor& tensor, int root, cudaStream_t stream)
                              nccl_type(tensor.scalar_type()), root, nccl_, stream));
     return;
   }
-  HostCollective watched(watchdog_, "MPI broadcast of a tensor");
-  MPI_Bcast(tensor.data_ptr(), static_cast<int>(tensor.nbytes()), MPI_BYTE, root, MPI_COMM_WORLD);
+  HostCollective watched(watchdog_, "the broadcast of a host tensor");
+  comm_->broadcast_(tensor, root);
 }
 
 int64_t ProcessGroup::sum(int64_t value) {
-  if (!uses_mpi_) return value;
-  int64_t total = 0;
-  HostCollective watched(watchdog_, "MPI sum of a count");
-  MPI_Allreduce(&value, &total, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
-  return total;
+  if (!comm_) return value;
+  at::Tensor total = at::full({1}, value, at::kLong);
+  HostCollective watched(watchdog_, "the sum of a count");
+  comm_->allreduce_sum_(total);
+  return total.item<int64_t>();
+}
+
+void ProcessGroup::barrier(const char* what) {
+  if (!comm_) return;
+  HostCollective watched(watchdog_, what);
+  comm_->barrier();
 }
 
 std::vector<double> ProcessGroup::allgather(double value) {
-  std::vector<double> out(size_, value);
-  if (!uses_mpi_) return out;
-  HostCollective watched(watchdog_, "MPI allgather of a value");
-  MPI_Allgather(&value, 1, MPI_DOUBLE, out.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD);
-  return out;
+  if (!comm_) return std::vector<double>(size_, value);
+  at::Tensor all = at::zeros({size_}, at::kDouble);  // each rank its own slot; the sum is exact
+  all.data_ptr<double>()[rank_] = value;
+  HostCollective watched(watchdog_, "the allgather of a value");
+  comm_->allreduce_sum_(all);
+  return std::vector<double>(all.data_ptr<double>(), all.data_ptr<double>() + size_);
 }
 
 void ProcessGroup::check_async_error() {
@@ -185,7 +188,7 @@ void ProcessGroup::check_async_error() {
 void ProcessGroup::abort_job(int exit_code) {
   if (!g_aborting.exchange(true)) {
     if (nccl_) ncclCommAbort(nccl_);
-    if (uses_mpi_) MPI_Abort(MPI_COMM_WORLD, exit_code);
+    if (comm_) comm_->abort(exit_code);
   }
   std::_Exit(exit_code);
 }

@@ -1,7 +1,8 @@
-// The processes of one training job and their collectives. Under mpirun: rank and world size
-// from MPI, the local rank from a shared-memory split of MPI_COMM_WORLD, and (on GPUs) an NCCL
-// communicator created from a unique id that rank 0 broadcasts over MPI. Started alone, a world of
-// one with no MPI at all. Host-side values (counts, timings) always travel over MPI.
+// The processes of one training job and their collectives. Under mpirun or torchrun the ranks,
+// the world size and the node-local ranks come from the launcher, and host-side collectives go
+// over its transport (src/dist/host_comm.h: MPI, or Gloo over the c10d store); on GPUs an NCCL
+// communicator, made from a unique id rank 0 broadcasts over that transport, carries the device
+// tensors. Started alone, a world of one with neither.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -9,10 +10,12 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "src/dist/host_comm.h"
 #include "src/environment.h"
 
 namespace trainer {
@@ -21,9 +24,10 @@ class Watchdog;
 
 class ProcessGroup {
  public:
-  // Initialises MPI when env.under_mpi; otherwise a world of one.
-  explicit ProcessGroup(const Environment& env);
-  ~ProcessGroup();  // destroys the NCCL communicator, then finalises MPI
+  // Joins the job `env.launcher` started. `timeout`: how long Gloo waits for the rendezvous and
+  // for a collective (the watchdog, which names the collective, fires first).
+  ProcessGroup(const Environment& env, std::chrono::seconds timeout);
+  ~ProcessGroup();  // destroys the NCCL communicator, then the launcher's transport
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
@@ -31,40 +35,49 @@ class ProcessGroup {
   int size() const { return size_; }
   int local_rank() const { return local_rank_; }
   int local_size() const { return local_size_; }
-  bool uses_mpi() const { return uses_mpi_; }
+  // Started by a launcher: collectives go over its transport, even in a world of one.
+  bool launched() const { return comm_ != nullptr; }
+  Launcher launcher() const { return launcher_; }
   const std::string& host() const { return hosts_[rank_]; }
   const std::vector<std::string>& hosts() const { return hosts_; }  // by rank
 
   // Creates the NCCL communicator on `device` (collective: every rank calls it). Returns what NCCL
-  // chose (version, network transport) for the log. No-op on the CPU or in a world of one.
+  // chose (version, network transport) for the log. No-op on the CPU or when not launched.
   std::string init_nccl(c10::Device device);
   bool uses_nccl() const { return nccl_ != nullptr; }
 
   // In-place sum over ranks of a dense tensor (same strides on every rank): NCCL on `stream` for
-  // device tensors (returns at once), MPI for host tensors (returns when done). Every rank calls it
-  // in the same order.
+  // device tensors (returns at once), the launcher's transport for host tensors (returns when
+  // done). Every rank calls it in the same order.
   void allreduce_sum_(at::Tensor& tensor, cudaStream_t stream = nullptr);
   // Overwrites `tensor` on every rank with rank `root`'s, like allreduce_sum_.
   void broadcast_(at::Tensor& tensor, int root, cudaStream_t stream = nullptr);
 
-  // Host values over MPI (identity in a world of one).
+  // Host values (identity in a world of one).
   int64_t sum(int64_t value);
   std::vector<double> allgather(double value);
+  // Returns when every rank has called it; `what` names it if it times out.
+  void barrier(const char* what);
 
   // The watchdog that times this group's collectives, if one exists: a Watchdog registers itself
-  // here for its lifetime. Blocking MPI calls report to it; so do the reducer's NCCL reductions.
+  // here for its lifetime. Blocking host collectives report to it; so do the reducer's NCCL
+  // reductions.
   void set_watchdog(Watchdog* watchdog) { watchdog_ = watchdog; }
   Watchdog* watchdog() const { return watchdog_; }
 
   // Polls NCCL for an asynchronous error (a peer died, the network failed); throws if any.
   void check_async_error();
-  // Ends the whole job now: aborts the NCCL communicator and calls MPI_Abort, so no rank is left
+  // Ends the whole job now: aborts the NCCL communicator and the launcher's job (MPI_Abort, or
+  // this process's exit, which torchrun answers by stopping the others), so no rank is left
   // waiting in a collective. Safe to call from any thread, more than once.
   [[noreturn]] void abort_job(int exit_code);
 
  private:
-  bool uses_mpi_ = false;
-  bool capture_nccl_log_ = false;  // the user left NCCL_DEBUG unset: report NCCL's network choice
+  std::vector<std::string> gather_hostnames(const std::string& mine);
+
+  Launcher launcher_;
+  std::unique_ptr<HostComm> comm_;  // null: alone
+  bool capture_nccl_log_ = false;   // the user left NCCL_DEBUG unset: report NCCL's network choice
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   std::vector<std::string> hosts_;
   ncclComm_t nccl_ = nullptr;

@@ -84,7 +84,7 @@ int run(int argc, char** argv) {
   USER_CHECK(o.min_bytes > 0 && o.min_bytes <= o.max_bytes && o.iters > 0, "need 0 < --min-bytes",
              " <= --max-bytes and --iters > 0");
   const Environment env = read_environment();
-  ProcessGroup group(env);
+  ProcessGroup group(env, std::chrono::seconds(300));
   const c10::Device device = select_device(o.device, group.local_rank());
   const at::ScalarType dtype = o.dtype == "half"   ? at::kHalf
                                : o.dtype == "bf16" ? at::kBFloat16

@@ -32,13 +32,8 @@ struct Rate {
 Rate measure(trainer::TFRecordSource& source, int64_t images, int64_t warmup) {
   int64_t epoch = 0, done = 0;
   source.start_epoch(epoch);
-  int64_t left = source.batches_per_epoch();
   auto next = [&] {
-    if (left == 0) {
-      source.start_epoch(++epoch);
-      left = source.batches_per_epoch();
-    }
-    --left;
+    if (source.batches_left() == 0) source.start_epoch(++epoch);
     return source.next_batch().images.size(0);
   };
   for (int64_t warm = 0; warm < std::max<int64_t>(warmup, 1);) warm += next();

@@ -1,0 +1,73 @@
+// HostComm under mpirun: MPI_COMM_WORLD.
+#include <mpi.h>
+
+#include <cstdlib>
+
+#include "src/check.h"
+#include "src/dist/host_comm.h"
+
+namespace trainer {
+namespace {
+
+MPI_Datatype mpi_type(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat:
+      return MPI_FLOAT;
+    case at::kDouble:
+      return MPI_DOUBLE;
+    case at::kLong:
+      return MPI_INT64_T;
+    case at::kInt:
+      return MPI_INT32_T;
+    case at::kByte:
+      return MPI_UINT8_T;
+    default:
+      TORCH_CHECK(false, "no MPI reduction for ", type, "; use float32 on the CPU");
+  }
+}
+
+class MpiComm final : public HostComm {
+ public:
+  MpiComm() {
+    int provided = 0;
+    // The watchdog thread may call MPI_Abort while the main thread sits in a collective.
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    MPI_Comm local;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local);
+    MPI_Comm_rank(local, &local_rank_);
+    MPI_Comm_size(local, &local_size_);
+    MPI_Comm_free(&local);
+  }
+  ~MpiComm() override { MPI_Finalize(); }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int local_rank() const override { return local_rank_; }
+  int local_size() const override { return local_size_; }
+
+  // Collectives move a tensor's storage bytes as they lie: any dense layout (channels_last
+  // weights included) works when every rank's tensor has the same strides.
+  void allreduce_sum_(at::Tensor& tensor) override {
+    MPI_Allreduce(MPI_IN_PLACE, tensor.data_ptr(), static_cast<int>(tensor.numel()),
+                  mpi_type(tensor.scalar_type()), MPI_SUM, MPI_COMM_WORLD);
+  }
+  void broadcast_(at::Tensor& tensor, int root) override {
+    MPI_Bcast(tensor.data_ptr(), static_cast<int>(tensor.nbytes()), MPI_BYTE, root, MPI_COMM_WORLD);
+  }
+  void barrier() override { MPI_Barrier(MPI_COMM_WORLD); }
+  [[noreturn]] void abort(int exit_code) override {
+    MPI_Abort(MPI_COMM_WORLD, exit_code);
+    std::_Exit(exit_code);
+  }
+
+ private:
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<HostComm> make_mpi_comm() { return std::make_unique<MpiComm>(); }
+
+}  // namespace trainer
