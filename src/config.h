@@ -13,6 +13,7 @@ namespace trainer {
 struct Config {
   // Output: checkpoints, metrics.jsonl and the resolved config.toml go here.
   std::string output_dir = "runs/resnet50";
+  bool tensorboard = true;  // rank 0 writes TensorBoard event files in <output_dir>/tensorboard
 
   // Model.
   std::string arch = "resnet50";   // resnet18|34|50|101|152

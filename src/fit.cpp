@@ -6,10 +6,11 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <numeric>
 
 #include "data/step_shares.h"
 #include "src/check.h"
+#include "src/input_preview.h"
+#include "src/interval_log.h"
 #include "src/lr_schedule.h"
 #include "src/process_stats.h"
 #include "src/stop_signal.h"
@@ -128,153 +129,150 @@ bool should_stop(const Trainer& trainer, int64_t step, const Config& config) {
   return group->sum(stop_requested() ? 1 : 0) > 0;
 }
 
-// Accumulates losses on the device and reads them once per log interval.
-class IntervalLog {
+// Rank 0, where TensorBoard is on: `count` images of `batch` as the model sees them.
+void write_preview(Trainer& trainer, const Batch& batch, const std::string& tag, int64_t step,
+                   MetricsLog& metrics) {
+  TensorBoardWriter* tensorboard = metrics.tensorboard();
+  if (!tensorboard || batch.labels.size(0) == 0) return;
+  constexpr int64_t kImages = 16, kColumns = 8;
+  const int64_t n = std::min(kImages, batch.labels.size(0));
+  at::NoGradGuard no_grad;
+  const Picture picture =
+      preview_grid(trainer.prepare_images(batch.images.narrow(0, 0, n)), batch.labels, n, kColumns);
+  tensorboard->image(tag, step, picture.png, picture.height, picture.width);
+}
+
+// The evaluation crops, once per run (rank 0, TensorBoard on): the first batch of `val`.
+void write_eval_preview(Trainer& trainer, BatchSource& val, int64_t step, MetricsLog& metrics) {
+  if (!metrics.tensorboard()) return;
+  val.start_epoch(0);
+  if (val.batches_left() > 0) write_preview(trainer, val.next_batch(), "input/eval", step, metrics);
+}
+
+// Runs the epochs from a resume point to the end (or max_steps, or a stop signal).
+class TrainingLoop {
  public:
-  IntervalLog(const Config& config, at::Device device)
-      : config_(config), loss_sum_(at::zeros({}, at::TensorOptions().device(device))) {}
+  TrainingLoop(Trainer& trainer, const Config& config, BatchSource& train, BatchSource* val,
+               MetricsLog& metrics, SampleTrace* trace)
+      : trainer_(trainer),
+        config_(config),
+        train_(train),
+        val_(val),
+        metrics_(metrics),
+        trace_(trace),
+        samples_(train.samples_per_epoch()),
+        schedule_(config, samples_),
+        interval_(config, trainer.device()) {}
 
-  // `loss`: this rank's mean over its `rows` images; `step_images`: the step's over all ranks.
-  void add(const at::Tensor& loss, int64_t rows, int64_t step_images) {
-    loss_sum_.add_(loss, rows);
-    rows_ += rows;
-    images_ += step_images;
-    ++steps_;
-  }
-
-  void add_data_wait(double ms) { data_wait_ms_ += ms; }
-
-  // Reads the device (the only host sync of the loop) and writes a log line and a metrics line.
-  double flush(const Trainer& trainer, int64_t epoch, int64_t step, int64_t total, double lr,
-               MetricsLog& metrics) {
-    log_rank_spread(trainer, step, metrics);
-    double loss_sum = loss_sum_.item<double>();
-    int64_t rows = rows_;
-    if (ProcessGroup* group = trainer.group(); group && group->size() > 1) {  // over all images
-      const auto sums = group->allgather(loss_sum);
-      loss_sum = std::accumulate(sums.begin(), sums.end(), 0.0);
-      rows = group->sum(rows);
+  FitResult run() {
+    if (trainer_.is_rank0())
+      if (int n = remove_unfinished_checkpoints(checkpoint_dir(config_)))
+        spdlog::warn("removed {} unfinished checkpoint file(s) left in {} by a killed writer", n,
+                     checkpoint_dir(config_).string());
+    at_ = resume(trainer_, config_, samples_, schedule_);
+    total_ = at_.step + steps_to_end(config_, at_, samples_);
+    if (config_.max_steps > 0) total_ = std::min(total_, config_.max_steps);
+    spdlog::info(
+        "{} images and {} steps per epoch, {} steps in all, peak lr {:.5f} (global batch {})",
+        samples_, steps_left(samples_, 0, config_.global_batch()), total_, schedule_.peak(),
+        config_.global_batch());
+    if (TensorBoardWriter* tensorboard = metrics_.tensorboard())
+      tensorboard->text("config", at_.step, "    " + indent(config_to_toml(config_)));
+    while (at_.epoch < config_.epochs && at_.step < total_) {
+      train_.start_epoch(at_.epoch, at_.samples_in_epoch);
+      const int64_t epoch = at_.epoch;
+      while (at_.epoch == epoch && at_.step < total_)
+        if (!step()) return result_;
     }
-    const double loss = loss_sum / static_cast<double>(std::max<int64_t>(rows, 1));
-    const double seconds = std::chrono::duration<double>(Clock::now() - start_).count();
-    const double images_per_s = static_cast<double>(images_) / std::max(seconds, 1e-9);
-    const double scale = trainer.loss_scaler().enabled() ? trainer.loss_scaler().scale_value() : 1;
-    spdlog::info("epoch {}/{} step {}/{} | {:.1f} img/s | loss {:.4f} | lr {:.5f} | scale {:g}",
-                 epoch + 1, config_.epochs, step, total, images_per_s, loss, lr, scale);
-    metrics.write("train", {{"epoch", epoch + 1},
-                            {"step", step},
-                            {"images_per_s", images_per_s},
-                            {"loss", loss},
-                            {"lr", lr},
-                            {"loss_scale", scale}});
-    loss_sum_.zero_();
-    steps_ = rows_ = images_ = 0;
-    data_wait_ms_ = 0;
-    start_ = Clock::now();
-    return loss;
+    result_.steps = at_.step;
+    if (val_ && result_.final_eval.images == 0)  // resumed at the end: still report accuracy
+      evaluate(std::max<int64_t>(at_.epoch - 1, 0));
+    return result_;
   }
 
  private:
-  // Under mpirun: each rank's compute time (forward + backward of its last step) and input wait
-  // per step, gathered on every rank; the slowest rank is named (stragglers cost scaling).
-  void log_rank_spread(const Trainer& trainer, int64_t step, MetricsLog& metrics) {
-    ProcessGroup* group = trainer.group();
-    if (!group || group->size() == 1) return;
-    const double wait = data_wait_ms_ / std::max<int64_t>(steps_, 1);
-    std::vector<double> compute = group->allgather(trainer.last_step_compute_ms());
-    std::vector<double> waits = group->allgather(wait);
-    int slowest = 0;
-    for (int r = 1; r < group->size(); ++r)
-      if (compute[r] + waits[r] > compute[slowest] + waits[slowest]) slowest = r;
-    const auto [lo, hi] = std::minmax_element(compute.begin(), compute.end());
-    spdlog::info(
-        "step {} ranks: compute {:.1f}-{:.1f} ms, input wait up to {:.1f} ms; slowest "
-        "rank {} ({}): {:.1f} ms compute + {:.1f} ms input wait",
-        step, *lo, *hi, *std::max_element(waits.begin(), waits.end()), slowest,
-        group->hosts()[slowest], compute[slowest], waits[slowest]);
-    metrics.write("ranks", {{"step", step},
-                            {"compute_ms_min", *lo},
-                            {"compute_ms_max", *hi},
-                            {"slowest_rank", int64_t{slowest}},
-                            {"slowest_host", group->hosts()[slowest]}});
+  // One optimisation step and what follows it: logs, evaluation, checkpoint. False when a stop
+  // signal ended training (after a checkpoint).
+  bool step() {
+    const int64_t epoch = at_.epoch, global = config_.global_batch();
+    const int64_t step_images = step_samples(samples_, at_.samples_in_epoch, global);
+    const double lr = schedule_.at(epoch * samples_ + at_.samples_in_epoch, step_images);
+    const auto wait_start = Clock::now();
+    Batch batch = train_.next_batch();
+    interval_.add_data_wait(
+        std::chrono::duration<double, std::milli>(Clock::now() - wait_start).count());
+    if (at_.samples_in_epoch == 0)
+      write_preview(trainer_, batch, "input/train", at_.step, metrics_);
+    const int64_t rows = batch.labels.size(0);
+    // This rank's share of the step's images, relative to an even share (1 in a full step).
+    const double weight = static_cast<double>(rows * config_.world_size) / step_images;
+    const at::Tensor loss = trainer_.train_step(batch, lr, weight);
+    interval_.add(loss, rows, step_images);
+    if (trace_) trace_->write(epoch, at_.step, batch.ids);
+    if (++steps_this_run_ == 1) log_startup(trainer_, loss, at_.step + 1, metrics_);
+    ++at_.step;
+    at_.samples_in_epoch += step_images;
+    const double epoch_fraction = static_cast<double>(at_.samples_in_epoch) / samples_;
+    const bool epoch_done = at_.samples_in_epoch == samples_;
+    if (epoch_done) at_ = {at_.step, epoch + 1, 0};
+    const int64_t step = at_.step;
+    if (step % config_.log_every_steps == 0 || step == total_)
+      result_.final_loss =
+          interval_.flush(trainer_, train_, {epoch, epoch_fraction, step, total_, lr}, metrics_);
+    if (should_stop(trainer_, step, config_)) {
+      spdlog::warn("signal {} received: checkpointing at step {} and stopping",
+                   stop_signal_number(), step);
+      save(trainer_, config_, at_, samples_);
+      metrics_.flush();
+      result_.steps = step;
+      result_.stopped = true;
+      return false;
+    }
+    const bool eval_now = val_ && config_.eval_every_epochs > 0 && epoch_done &&
+                          (epoch + 1) % config_.eval_every_epochs == 0;
+    if (eval_now || (val_ && step == total_)) evaluate(epoch);
+    if (epoch_done || step == total_ ||
+        (config_.checkpoint_every_steps > 0 && step % config_.checkpoint_every_steps == 0))
+      save(trainer_, config_, at_, samples_);
+    return true;
   }
 
-  double data_wait_ms_ = 0;
+  void evaluate(int64_t epoch) {
+    if (!eval_previewed_ && trainer_.is_rank0())
+      write_eval_preview(trainer_, *val_, at_.step, metrics_);
+    eval_previewed_ = true;
+    result_.final_eval = run_eval(trainer_, *val_, epoch, at_.step, metrics_);
+    metrics_.flush();
+  }
+
+  // Markdown shows text indented by four spaces as it is.
+  static std::string indent(const std::string& text) {
+    std::string out;
+    for (char c : text) out += c == '\n' ? std::string("\n    ") : std::string(1, c);
+    return out;
+  }
+
+  Trainer& trainer_;
   const Config& config_;
-  at::Tensor loss_sum_;  // 0-dim float on the device: sum of this rank's per-image losses
-  int64_t steps_ = 0;
-  int64_t rows_ = 0;    // this rank's images in the interval
-  int64_t images_ = 0;  // all ranks' images in the interval
-  Clock::time_point start_ = Clock::now();
+  BatchSource& train_;
+  BatchSource* val_;
+  MetricsLog& metrics_;
+  SampleTrace* trace_;
+  const int64_t samples_;  // images in a training epoch
+  const LrSchedule schedule_;
+  IntervalLog interval_;
+  Progress at_;
+  int64_t total_ = 0;  // steps in the whole run
+  int64_t steps_this_run_ = 0;
+  bool eval_previewed_ = false;
+  FitResult result_;
 };
 
 }  // namespace
 
 FitResult fit(Trainer& trainer, const Config& config, BatchSource& train, BatchSource* val,
               MetricsLog& metrics, SampleTrace* trace) {
-  FitResult result;
-  const int64_t samples = train.samples_per_epoch(), global = config.global_batch();
-  const LrSchedule schedule(config, samples);
-  if (trainer.is_rank0())
-    if (int n = remove_unfinished_checkpoints(checkpoint_dir(config)))
-      spdlog::warn("removed {} unfinished checkpoint file(s) left in {} by a killed writer", n,
-                   checkpoint_dir(config).string());
-  Progress at = resume(trainer, config, samples, schedule);
-  int64_t total = at.step + steps_to_end(config, at, samples);
-  if (config.max_steps > 0) total = std::min(total, config.max_steps);
-  spdlog::info(
-      "{} images and {} steps per epoch, {} steps in all, peak lr {:.5f} (global batch {})",
-      samples, steps_left(samples, 0, global), total, schedule.peak(), global);
-
-  IntervalLog interval(config, trainer.device());
-  int64_t steps_this_run = 0;
-  while (at.epoch < config.epochs && at.step < total) {
-    const int64_t epoch = at.epoch;
-    train.start_epoch(epoch, at.samples_in_epoch);
-    bool epoch_done = false;
-    while (!epoch_done && at.step < total) {
-      const int64_t step_images = step_samples(samples, at.samples_in_epoch, global);
-      const double lr = schedule.at(epoch * samples + at.samples_in_epoch, step_images);
-      const auto wait_start = Clock::now();
-      Batch batch = train.next_batch();
-      interval.add_data_wait(
-          std::chrono::duration<double, std::milli>(Clock::now() - wait_start).count());
-      const int64_t rows = batch.labels.size(0);
-      // This rank's share of the step's images, relative to an even share (1 in a full step).
-      const double weight = static_cast<double>(rows * config.world_size) / step_images;
-      const at::Tensor loss = trainer.train_step(batch, lr, weight);
-      interval.add(loss, rows, step_images);
-      if (trace) trace->write(epoch, at.step, batch.ids);
-      if (++steps_this_run == 1) log_startup(trainer, loss, at.step + 1, metrics);
-      ++at.step;
-      at.samples_in_epoch += step_images;
-      epoch_done = at.samples_in_epoch == samples;
-      if (epoch_done) at = {at.step, epoch + 1, 0};
-      const int64_t step = at.step;
-      if (step % config.log_every_steps == 0 || step == total)
-        result.final_loss = interval.flush(trainer, epoch, step, total, lr, metrics);
-      if (should_stop(trainer, step, config)) {
-        spdlog::warn("signal {} received: checkpointing at step {} and stopping",
-                     stop_signal_number(), step);
-        save(trainer, config, at, samples);
-        result.steps = step;
-        result.stopped = true;
-        return result;
-      }
-      const bool eval_now = val && config.eval_every_epochs > 0 && epoch_done &&
-                            (epoch + 1) % config.eval_every_epochs == 0;
-      if (eval_now || (val && step == total))
-        result.final_eval = run_eval(trainer, *val, epoch, step, metrics);
-      if (epoch_done || step == total ||
-          (config.checkpoint_every_steps > 0 && step % config.checkpoint_every_steps == 0))
-        save(trainer, config, at, samples);
-    }
-  }
-  result.steps = at.step;
-  if (val && result.final_eval.images == 0)  // resumed at the end: still report accuracy
-    result.final_eval =
-        run_eval(trainer, *val, std::max<int64_t>(at.epoch - 1, 0), at.step, metrics);
-  return result;
+  return TrainingLoop(trainer, config, train, val, metrics, trace).run();
 }
 
 }  // namespace trainer

@@ -38,6 +38,7 @@ class LossScaler {
   // Host reads: they synchronise, so call them only at log intervals and checkpoints.
   double scale_value() const;
   int64_t growth_tracker_value() const;
+  int64_t skipped_steps_value() const;  // steps skipped for overflow since this process started
   void load(double scale, int64_t growth_tracker);
 
  private:
@@ -45,6 +46,7 @@ class LossScaler {
   at::Tensor scale_;           // 0-dim float32, current scale
   at::Tensor growth_tracker_;  // 0-dim int32, clean steps since the last change
   at::Tensor found_inf_;       // 0-dim float32, 1 if the current step overflowed
+  at::Tensor skipped_;         // 0-dim float32, steps skipped so far (exact up to 2^24)
 };
 
 }  // namespace trainer

@@ -99,8 +99,10 @@ int run(int argc, char** argv, std::unique_ptr<ProcessGroup>& group) {
   log_world(*group, device, group->init_nccl(device));
   spdlog::info("resolved configuration:\n{}", config_to_toml(config));
   if (group->rank() == 0) write_resolved_config(config);
-  MetricsLog metrics(group->rank() == 0 ? fs::path(config.output_dir) / "metrics.jsonl"
-                                        : fs::path());
+  const bool reports = group->rank() == 0;  // rank 0 writes the run's metrics and events
+  MetricsLog metrics(
+      reports ? fs::path(config.output_dir) / "metrics.jsonl" : fs::path(),
+      reports && config.tensorboard ? (fs::path(config.output_dir) / "tensorboard").string() : "");
   install_stop_signal_handlers();
 
   build_tfrecord_indexes(config, group->local_rank(), group->local_size());

@@ -26,7 +26,8 @@ std::string json_quote(const std::string& text) {
   return out + "\"";
 }
 
-MetricsLog::MetricsLog(const std::filesystem::path& path) {
+MetricsLog::MetricsLog(const std::filesystem::path& path, const std::string& tensorboard_dir) {
+  if (!tensorboard_dir.empty()) tensorboard_ = std::make_unique<TensorBoardWriter>(tensorboard_dir);
   if (path.empty()) return;
   file_ = std::fopen(path.c_str(), "a");
   USER_CHECK(file_ != nullptr, "cannot open metrics file ", path, ": ", std::strerror(errno),
@@ -38,6 +39,7 @@ MetricsLog::~MetricsLog() {
 }
 
 void MetricsLog::write(const std::string& event, const Fields& fields) {
+  if (tensorboard_) mirror(event, fields);
   if (!file_) return;
   const double now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -57,6 +59,23 @@ void MetricsLog::write(const std::string& event, const Fields& fields) {
   line += "}\n";
   std::fputs(line.c_str(), file_);
   std::fflush(file_);
+}
+
+void MetricsLog::mirror(const std::string& event, const Fields& fields) {
+  int64_t step = 0;
+  for (const auto& [key, value] : fields)
+    if (key == "step") step = std::get<int64_t>(value);
+  for (const auto& [key, value] : fields) {
+    if (key == "step") continue;
+    if (auto* i = std::get_if<int64_t>(&value))
+      tensorboard_->scalar(event + "/" + key, step, static_cast<double>(*i));
+    else if (auto* d = std::get_if<double>(&value))
+      tensorboard_->scalar(event + "/" + key, step, *d);
+  }
+}
+
+void MetricsLog::flush() {
+  if (tensorboard_) tensorboard_->flush();
 }
 
 }  // namespace trainer

@@ -158,6 +158,8 @@ TEST(TFRecordSource, SkipPolicyDropsBadRecordsAndFailPolicyStops) {
   for (const Batch& b : epoch(skip, 0)) images += b.images.size(0);
   EXPECT_EQ(images, 23);  // evaluation drops the record and counts nothing twice
   EXPECT_EQ(skip.bad_records(), 1);
+  epoch(skip, 1);
+  EXPECT_EQ(skip.bad_records(), 2);  // met again in the next epoch: the count runs on
   o.training = true;
   TFRecordSource train(o);
   for (const Batch& b : epoch(train, 0)) EXPECT_EQ(b.images.size(0), 4);  // kept full

@@ -10,8 +10,8 @@
 // declarations ProcessGroupGloo.hpp includes. ProcessGroupGloo holds every Gloo type behind a
 // pointer, so its layout does not depend on Gloo's version, and this file calls only LibTorch's
 // own functions; libgloo is never linked. On GPUs the gradients go through the project's NCCL
-// reducer as under mpirun; Gloo then carries only the host values.
-#define USE_C10D_GLOO 1
+// reducer as under mpirun; Gloo then carries only the host values. (LibTorch's CMake target
+// defines USE_C10D_GLOO, which ProcessGroupGloo.hpp needs, since its build has Gloo.)
 
 #include <cstdlib>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
