@@ -1,15 +1,18 @@
 """TensorBoard output of a short CPU run, read by TensorBoard's own loader: every scalar of every
 metrics.jsonl event at its step and value; the training and evaluation input pictures, decoded,
 at the configured size and in the right colours; the resolved config as text; a resumed run's
-curves continuing where the first stopped; and the log line's progress and time left. The
-`tensorboard` key turns it off."""
+curves continuing where the first stopped; everything written before a SIGTERM stop kept; and
+the log line's progress and time left. The `tensorboard` key turns it off."""
 import io
 import json
 import re
+import signal
+import subprocess
+import time
 
 import pytest
 
-from conftest import run_train
+from conftest import binary, run_train
 
 event_accumulator = pytest.importorskip(
     "tensorboard.backend.event_processing.event_accumulator",
@@ -116,3 +119,25 @@ def test_the_key_turns_it_off(tmp_path):
     result = run_train(*SMALL, "--tensorboard", "false", "--output_dir", tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert not (tmp_path / "tensorboard").exists()
+
+
+def test_a_sigterm_stop_keeps_what_was_written(tmp_path):
+    # No log interval comes before the stop: what reaches the file is what the stop flushed.
+    args = [*SMALL, "--epochs", "50", "--log_every_steps", "1000", "--checkpoint_every_steps", "2",
+            "--output_dir", tmp_path]
+    proc = subprocess.Popen([str(binary("train")), *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 300
+        while not (tmp_path / "checkpoints" / "checkpoint-000000002.pt").exists():
+            assert proc.poll() is None and time.time() < deadline, "no checkpoint at step 2"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, out
+    runs = load(tmp_path / "tensorboard")
+    assert [i.step for i in runs.Images("input/train")] == [0]
+    assert "startup/seconds_to_first_step" in runs.Tags()["scalars"]
+    assert "config" in runs.Tags()["tensors"]
