@@ -14,11 +14,16 @@ mkdir -p "$root/etc/ssh/ssh_config.d"
 cat >"$root/etc/ssh/ssh_config.d/mpi-operator.conf" <<EOF
 # Workers are new pods on every run, and HOME/.ssh is a read-only Secret mount: no host key
 # checking and no known_hosts to write. The workers' sshd runs unprivileged, on port $port.
+# A worker whose node or network is gone sends nothing, not even a reset: the keepalives end its
+# session within 30 s, and mpirun, which holds that session for its daemon there, then ends the
+# job instead of waiting on TCP for a quarter of an hour.
 Host *
     Port $port
     StrictHostKeyChecking no
     UserKnownHostsFile /dev/null
     LogLevel ERROR
+    ServerAliveInterval 10
+    ServerAliveCountMax 3
 EOF
 
 echo "+ writing $root$home/.sshd_config"

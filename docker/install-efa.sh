@@ -4,6 +4,7 @@
 # (/opt/amazon/ofi-nccl). No kernel module: the node's AMI has it, and the EFA device plugin
 # hands the device to the pod.
 # Usage: docker/install-efa.sh VERSION   (e.g. 1.47.0; DRY_RUN=1 prints the commands only)
+#   CA_BUNDLE=FILE   extra CAs (PEM) for the download
 set -euo pipefail
 version=${1:?usage: $0 EFA_INSTALLER_VERSION}
 plugin_dir=/opt/resnet-trainer/efa/lib
@@ -15,7 +16,13 @@ run() {
 run apt-get update
 run env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends curl ca-certificates
 tmp=$(mktemp -d)
-run curl -fsSL -o "$tmp/efa.tar.gz" "https://efa-installer.amazonaws.com/aws-efa-installer-$version.tar.gz"
+# CA_BUNDLE (a build secret): extra CAs to trust besides the system's, behind a TLS-intercepting proxy.
+cacert=()
+if [ -n "${CA_BUNDLE:-}" ] && [ -f "$CA_BUNDLE" ]; then
+  cat /etc/ssl/certs/ca-certificates.crt "$CA_BUNDLE" >"$tmp/ca.pem"
+  cacert=(--cacert "$tmp/ca.pem")
+fi
+run curl -fsSL "${cacert[@]}" -o "$tmp/efa.tar.gz" "https://efa-installer.amazonaws.com/aws-efa-installer-$version.tar.gz"
 run tar -xzf "$tmp/efa.tar.gz" -C "$tmp"
 # --skip-kmod: no kernel module in a container; --skip-limit-conf: the container runtime sets the
 # memlock limit; --no-verify: the build machine has no EFA device to test with.

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Configures and builds the project (Release, Ninja, ccache) into $BUILD_DIR (default: build/).
 # LibTorch comes from the cache's `torch` wheel unless CMAKE_PREFIX_PATH names another.
+# BUILD_TESTS=OFF builds only train and the tools (the container image's build stage).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-python=$("$root/scripts/setup.sh" | tail -n 1)
+# Without the tests only what the build needs is installed (no GoogleTest, no test tools).
+setup_args=()
+if [ "${BUILD_TESTS:-ON}" = OFF ]; then setup_args=(--build); fi
+python=$("$root/scripts/setup.sh" "${setup_args[@]}" | tail -n 1)
 build_dir=${BUILD_DIR:-$root/build}
 torch_prefix=$("$python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
 export CCACHE_DIR=${CCACHE_DIR:-${TRAINER_CACHE:-$HOME/.cache/resnet-trainer}/ccache}
@@ -15,5 +19,6 @@ cmake -S "$root" -B "$build_dir" -G Ninja \
   -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" \
   -DCMAKE_PREFIX_PATH="${CMAKE_PREFIX_PATH:-$torch_prefix}" \
   -DPYTHON_EXECUTABLE="$python" \
+  -DTRAINER_BUILD_TESTS="${BUILD_TESTS:-ON}" \
   ${TORCH_CUDA_ARCH_LIST:+-DTORCH_CUDA_ARCH_LIST="$TORCH_CUDA_ARCH_LIST"}
 cmake --build "$build_dir" -j "${BUILD_JOBS:-$(nproc)}"

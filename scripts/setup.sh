@@ -2,7 +2,12 @@
 # Installs everything the build, the smoke run and the tests need, idempotently:
 # Debian's -dev packages (apt) and LibTorch from the PyPI `torch` wheel in a virtual
 # environment kept in a cache outside the clone, so later runs reuse it.
-# The Docker build stage runs this same script. Prints the cache's Python on the last line.
+# Prints the cache's Python on the last line.
+# Usage: scripts/setup.sh [--build]
+#   --build   what the build needs and nothing else: the container image's build stage runs this
+#             (no test tools, no torchvision, no podman)
+# CA_BUNDLE=FILE: extra certificate authorities (PEM) for pip to trust besides its own, e.g. those
+# of a TLS-intercepting proxy; the image build passes it as a build secret.
 set -euo pipefail
 
 # The one pin of LibTorch: 2.11.0 is built for CUDA 13.0, the toolkit the project targets.
@@ -19,13 +24,23 @@ CACHE_DIR=${TRAINER_CACHE:-$HOME/.cache/resnet-trainer}
 VENV=$CACHE_DIR/venv
 
 APT_PACKAGES=(
-  cmake ninja-build g++ ccache pkg-config git python3 python3-venv
+  cmake ninja-build g++ ccache pkg-config python3 python3-venv
   libopencv-dev libprotobuf-dev protobuf-compiler libcli11-dev libspdlog-dev
-  libopenmpi-dev openmpi-bin libgtest-dev shellcheck
+  libopenmpi-dev openmpi-bin
   # Gloo's headers, to declare LibTorch's own Gloo process group (the CPU backend under torchrun);
   # the code that runs is LibTorch's: libgloo itself is not linked.
   libgloo-dev
 )
+# The tests': GoogleTest, shellcheck, and the container tools that build and run the image
+# (tests/deploy/test_image_run.py; runc: crun cannot start containers on every kernel).
+APT_TEST_PACKAGES=(git libgtest-dev shellcheck podman runc debootstrap)
+
+TORCH_PACKAGES="torch==$TORCH_VERSION torchvision==$TORCHVISION_VERSION"
+case "${1:-}" in
+  --build) TORCH_PACKAGES="torch==$TORCH_VERSION" PY_TOOLS="" ;;
+  "") APT_PACKAGES+=("${APT_TEST_PACKAGES[@]}") ;;
+  *) echo "setup.sh: unknown option $1. Usage: $0 [--build]" >&2; exit 2 ;;
+esac
 
 sudo_if_needed() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
@@ -40,19 +55,42 @@ install_apt_packages() {
   sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 }
 
+# pip trusts its own CA bundle plus CA_BUNDLE: the two in one file, outside the cache and the
+# image, removed on exit.
+trust_extra_cas() {
+  [ -n "${CA_BUNDLE:-}" ] && [ -f "$CA_BUNDLE" ] || return 0
+  local bundle
+  bundle=$(mktemp)
+  # shellcheck disable=SC2064  # the file's name now: $bundle is local
+  trap "rm -f '$bundle'" EXIT
+  cat "$("$VENV/bin/python" -m pip._vendor.certifi)" "$CA_BUNDLE" >"$bundle"
+  echo "+ export PIP_CERT=$bundle (pip's CAs and $CA_BUNDLE)" >&2
+  export PIP_CERT=$bundle
+}
+
+# Whether the venv's marker names every word of $1 (a full set-up covers --build's).
+installed_covers() {
+  local have word
+  have=" $(cat "$VENV/.installed" 2>/dev/null) "
+  for word in $1; do
+    [[ "$have" == *" $word "* ]] || return 1
+  done
+}
+
 install_python_packages() {
-  local torch="torch==$TORCH_VERSION torchvision==$TORCHVISION_VERSION"
+  local torch=$TORCH_PACKAGES
   # The marker names everything installed, so adding a package here updates an existing venv.
   local want="$torch ${TORCH_INDEX_URL:+--index-url $TORCH_INDEX_URL }$PY_TOOLS"
-  if [ -f "$VENV/.installed" ] && [ "$(cat "$VENV/.installed")" = "$want" ]; then return; fi
+  if installed_covers "$want"; then return; fi
   echo "+ creating $VENV with $want (a few GB, once)" >&2
   mkdir -p "$CACHE_DIR"
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+  trust_extra_cas
   "$VENV/bin/python" -m pip install -q --upgrade pip >&2
   # shellcheck disable=SC2086
   "$VENV/bin/python" -m pip install -q ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} $torch >&2
   # shellcheck disable=SC2086
-  "$VENV/bin/python" -m pip install -q $PY_TOOLS >&2
+  [ -z "$PY_TOOLS" ] || "$VENV/bin/python" -m pip install -q $PY_TOOLS >&2
   echo "$want" >"$VENV/.installed"
 }
 

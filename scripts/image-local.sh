@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Builds docker/Dockerfile on this machine with podman, without a container registry: the same
+# Dockerfile, install and build scripts as the EKS image (scripts/image-build.sh); only the base
+# images differ. A Debian 12 base made here (scripts/image-base.sh) stands in for NVIDIA's CUDA
+# images, and this machine's CUDA toolkit is mounted into the build (NVIDIA's devel image has its
+# own). Also tags the build stages IMAGE-build and IMAGE-libraries, removes what earlier builds
+# left untagged, and prints the commands, the time and the sizes.
+# Usage: scripts/image-local.sh [IMAGE]   (default: localhost/resnet-trainer:local)
+#   CA_BUNDLE   CAs for pip and curl in the build, as a build secret that no layer keeps
+#               (default: /etc/ssl/certs/ca-certificates.crt, with a proxy's CA if the host trusts one)
+#   CUDA_HOME   the CUDA toolkit to mount (default: /usr/local/cuda)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+image=${1:-localhost/resnet-trainer:local}
+base=localhost/resnet-trainer-base:debian12
+ca_bundle=${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
+cuda=$(realpath "${CUDA_HOME:-/usr/local/cuda}")
+export CONTAINERS_CONF=${CONTAINERS_CONF:-$root/docker/podman.conf}
+run() {
+  echo "+ $*" >&2
+  "$@"
+}
+
+if [ ! -x "$cuda/bin/nvcc" ]; then
+  echo "image-local: no nvcc in $cuda. HINT: set CUDA_HOME to a CUDA toolkit" >&2
+  exit 2
+fi
+"$root/scripts/image-base.sh" "$base"
+
+args=(--ignorefile "$root/docker/Dockerfile.dockerignore"
+  --build-arg "BUILD_IMAGE=$base" --build-arg "RUNTIME_IMAGE=$base"
+  --volume "$cuda:/usr/local/cuda:ro")
+[ ! -f "$ca_bundle" ] || args+=(--secret "id=ca-bundle,src=$ca_bundle")
+echo "+ export CONTAINERS_CONF=$CONTAINERS_CONF" >&2
+start=$SECONDS
+run podman build --layers --force-rm -f "$root/docker/Dockerfile" "${args[@]}" -t "$image" "$root"
+# Every step is cached by now: this only names the other stages, to measure the build stage
+# and to keep them from the prune below.
+for stage in build libraries; do
+  run podman build --layers --force-rm -f "$root/docker/Dockerfile" "${args[@]}" --target "$stage" \
+    -t "$image-$stage" "$root" >/dev/null
+done
+echo "+ built $image in $((SECONDS - start)) s" >&2
+# Each rebuild leaves the previous build's images behind, untagged (over 10 GB): remove them.
+run podman image prune -f >/dev/null
+run podman image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' --filter "reference=$image*" >&2
