@@ -2,11 +2,20 @@
 # Stages a dataset that FSx for Lustre imports from S3: the file system lists the S3 objects at
 # once but fetches a file's contents on its first read, so the first epoch would wait on S3.
 # Reading every shard once here moves that wait before training. Also checks the shard counts.
-# Usage: preload-data DIR [GLOB=COUNT ...]   e.g. preload-data /fsx/imagenet 'train-*=1024' 'validation-*=128'
+# Usage: preload-data [--index] DIR [GLOB=COUNT ...]
+#   e.g. preload-data --index /fsx/imagenet 'train-*=1024' 'validation-*=128'
 # A COUNT of 0 reads without checking; PRELOAD_JOBS sets how many files are read at once (32).
+# --index also writes each file's index (<file>.idx, index-tfrecords) beside it, once for all:
+# otherwise every node of every run scans the shards for their record offsets before its first
+# step. A damaged record found on the way fails the staging, naming the file and the byte.
 set -euo pipefail
-dir=${1:?usage: $0 DIR [GLOB=COUNT ...]}
+index=""
+if [ "${1:-}" = --index ]; then index=1; shift; fi
+dir=${1:?usage: $0 [--index] DIR [GLOB=COUNT ...]}
 shift
+# index-tfrecords sits beside this script in the image, on PATH elsewhere.
+indexer=$(dirname "$0")/index-tfrecords
+[ -x "$indexer" ] || indexer="index-tfrecords"
 [ $# -gt 0 ] || set -- '*=0'
 jobs=${PRELOAD_JOBS:-32}
 
@@ -16,7 +25,8 @@ for spec in "$@"; do
   want=${spec##*=}
   files=()
   for f in "$dir"/$glob; do
-    [ -f "$f" ] && files+=("$f")
+    # Index files match a data glob such as train-* too; they are not data.
+    [ -f "$f" ] && [[ "$f" != *.idx ]] && files+=("$f")
   done
   echo "+ reading ${#files[@]} files $dir/$glob with $jobs readers"
   start=$SECONDS
@@ -25,6 +35,15 @@ for spec in "$@"; do
   fi
   bytes=$(du -cb "${files[@]}" /dev/null | tail -n 1 | cut -f1)
   echo "  $((bytes / 1000000)) MB in $((SECONDS - start)) s"
+  if [ -n "$index" ] && [ ${#files[@]} -gt 0 ]; then
+    start=$SECONDS
+    if ! printf '%s\0' "${files[@]}" | xargs -0 -n 8 -P "$jobs" "$indexer" >/dev/null; then
+      echo "preload-data: indexing $dir/$glob failed (above: the file and why)." \
+        "HINT: a DAMAGED record means a corrupt shard: copy it again from its source." >&2
+      status=1
+    fi
+    echo "  indexed ${#files[@]} files in $((SECONDS - start)) s"
+  fi
   if [ "$want" != 0 ] && [ "${#files[@]}" -ne "$want" ]; then
     echo "preload-data: $dir/$glob matches ${#files[@]} files, expected $want." \
       "HINT: check the S3 import path of the FSx StorageClass (k8s/fsx) and the bucket's layout." >&2

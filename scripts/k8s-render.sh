@@ -3,42 +3,80 @@
 # config and worker count substituted. Prints the commands it runs, and the kustomization it
 # writes, on stderr. scripts/k8s-apply.sh and scripts/k8s-delete.sh use it.
 #
-# Usage: scripts/k8s-render.sh TARGET [--image IMAGE] [--config NAME|FILE] [--workers N]
+# Usage: scripts/k8s-render.sh TARGET [--image IMAGE] [--config NAME|FILE] [--workers N] [--slots N]
+#                                      [--min-workers N] [--max-workers N]
+#        scripts/k8s-render.sh --list   (the targets, one a line)
 #   TARGET      p3.16xlarge | p3dn.24xlarge   multi-node MPIJob (k8s/overlays/TARGET)
+#               pytorchjob-p3.16xlarge | pytorchjob-p3dn.24xlarge
+#                                             elastic PyTorchJob, torchrun (k8s/pytorchjob/...)
 #               one-node | smoke | stage-data batch/v1 Jobs (k8s/jobs/TARGET)
+#               tensorboard                   TensorBoard over /fsx/runs (k8s/tensorboard)
 #               fsx                           StorageClass + PVC (k8s/fsx); reads FSX_SUBNET_ID,
 #                                             FSX_SECURITY_GROUP_ID, FSX_S3_IMPORT_PATH
 #   --image     the image to run (default: $IMAGE; unset leaves a REPLACE-ME placeholder)
 #   --config    configs/NAME.toml, or any FILE (default: the one the target's kustomization names)
-#   --workers   MPIJob workers (nodes); -np becomes workers x slotsPerWorker
+#   --workers   MPIJob or PyTorchJob workers (nodes); an MPIJob's -np becomes workers x slots
+#   --slots     ranks per node, one per GPU (default 8): an MPIJob's slotsPerWorker, a PyTorchJob's
+#               nprocPerNode, one-node's -np, and the GPUs each such pod requests; fewer for
+#               smaller nodes or a CPU rehearsal
+#   --min-workers, --max-workers
+#               the bounds a PyTorchJob's workers may shrink to and grow to (elasticPolicy)
 # KUBECTL names the kubectl to use (default: kubectl); KUBECTL=kustomize uses a standalone kustomize.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-usage() { sed -n '6,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '6,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+# Every target; the tests render and check each one (tests/deploy), so a new one is checked too.
+targets=(p3.16xlarge p3dn.24xlarge pytorchjob-p3.16xlarge pytorchjob-p3dn.24xlarge one-node smoke
+  stage-data tensorboard fsx)
 
 target=${1:-}
 if [ -z "$target" ] || [ "$target" = --help ]; then usage; fi
+if [ "$target" = --list ]; then printf '%s\n' "${targets[@]}"; exit 0; fi
 shift
 image=${IMAGE:-}
 config=""
 workers=""
+slots=""
+min_workers=""
+max_workers=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --image) image=${2:?--image needs a value}; shift 2 ;;
     --config) config=${2:?--config needs a value}; shift 2 ;;
     --workers) workers=${2:?--workers needs a value}; shift 2 ;;
+    --slots) slots=${2:?--slots needs a value}; shift 2 ;;
+    --min-workers) min_workers=${2:?--min-workers needs a value}; shift 2 ;;
+    --max-workers) max_workers=${2:?--max-workers needs a value}; shift 2 ;;
     *) echo "k8s-render: unknown option $1" >&2; usage ;;
   esac
 done
 
 case "$target" in
   p3.16xlarge | p3dn.24xlarge) dir=k8s/overlays/$target ;;
+  pytorchjob-p3.16xlarge | pytorchjob-p3dn.24xlarge) dir=k8s/pytorchjob/${target#pytorchjob-} ;;
   one-node | smoke | stage-data) dir=k8s/jobs/$target ;;
-  fsx) dir=k8s/fsx ;;
+  tensorboard | fsx) dir=k8s/$target ;;
   *) echo "k8s-render: unknown target '$target'" >&2; usage ;;
 esac
-if [ -n "$workers" ] && [[ ! "$workers" =~ ^[1-9][0-9]*$ ]]; then
-  echo "k8s-render: --workers must be a positive integer, got '$workers'" >&2
+for option in workers slots min_workers max_workers; do
+  value=${!option}
+  if [ -n "$value" ] && [[ ! "$value" =~ ^[1-9][0-9]*$ ]]; then
+    echo "k8s-render: --${option/_/-} must be a positive integer, got '$value'" >&2
+    exit 2
+  fi
+done
+multi_node=""
+if [[ "$target" == p3* || "$target" == pytorchjob-* ]]; then multi_node=1; fi
+if [ -n "$workers" ] && [ -z "$multi_node" ]; then
+  echo "k8s-render: --workers applies to the MPIJob and PyTorchJob targets only" >&2
+  exit 2
+fi
+if [ -n "$slots" ] && [ -z "$multi_node" ] && [ "$target" != one-node ]; then
+  echo "k8s-render: --slots applies to the MPIJob and PyTorchJob targets and one-node only" >&2
+  exit 2
+fi
+if [ -n "$min_workers$max_workers" ] && [[ "$target" != pytorchjob-* ]]; then
+  echo "k8s-render: --min-workers and --max-workers apply to the PyTorchJob targets only" >&2
   exit 2
 fi
 
@@ -104,13 +142,12 @@ patches:
 EOF
 fi
 
-if [ -n "$workers" ]; then
-  if [[ "$target" != p3* ]]; then
-    echo "k8s-render: --workers applies to the MPIJob targets (p3.16xlarge, p3dn.24xlarge) only" >&2
-    exit 2
-  fi
-  # -np must equal workers x slotsPerWorker: read the slots from the target as rendered so far.
-  slots=$(kustomize_build "$out" | awk '/^  slotsPerWorker:/ {print $2; exit}')
+gpus=/resources/limits/nvidia.com~1gpu
+if [[ "$target" == p3* ]] && [ -n "$workers$slots" ]; then
+  # -np must equal workers x slotsPerWorker: what is not given comes from the target as rendered.
+  rendered=$(kustomize_build "$out")
+  [ -n "$workers" ] || workers=$(awk '/^    Worker:/ {w = 1} w && /^      replicas:/ {print $2; exit}' <<<"$rendered")
+  [ -n "$slots" ] || slots=$(awk '/^  slotsPerWorker:/ {print $2; exit}' <<<"$rendered")
   cat >>"$out/kustomization.yaml" <<EOF
 patches:
 - target:
@@ -120,12 +157,69 @@ patches:
     - op: replace
       path: /spec/mpiReplicaSpecs/Worker/replicas
       value: $workers
+    - op: replace
+      path: /spec/slotsPerWorker
+      value: $slots
+    - op: replace
+      path: /spec/mpiReplicaSpecs/Worker/template/spec/containers/0$gpus
+      value: $slots
     - op: test
       path: /spec/mpiReplicaSpecs/Launcher/template/spec/containers/0/args/0
       value: -np
     - op: replace
       path: /spec/mpiReplicaSpecs/Launcher/template/spec/containers/0/args/1
       value: "$((workers * slots))"
+EOF
+elif [[ "$target" == pytorchjob-* ]] && [ -n "$workers$slots$min_workers$max_workers" ]; then
+  # What is not given comes from the target as rendered; the workers must lie within the bounds.
+  rendered=$(kustomize_build "$out")
+  rendered_value() { awk -v key="$1:" '$1 == key {gsub(/"/, "", $2); print $2; exit}' <<<"$rendered"; }
+  [ -n "$workers" ] || workers=$(rendered_value replicas)
+  [ -n "$slots" ] || slots=$(rendered_value nprocPerNode)
+  [ -n "$min_workers" ] || min_workers=$(rendered_value minReplicas)
+  [ -n "$max_workers" ] || max_workers=$(rendered_value maxReplicas)
+  if [ "$min_workers" -gt "$workers" ] || [ "$workers" -gt "$max_workers" ]; then
+    echo "k8s-render: $workers workers lie outside the elastic bounds [$min_workers, $max_workers]." \
+      "HINT: give --min-workers and --max-workers too" >&2
+    exit 2
+  fi
+  cat >>"$out/kustomization.yaml" <<EOF
+patches:
+- target:
+    kind: PyTorchJob
+    name: resnet50-elastic
+  patch: |-
+    - op: replace
+      path: /spec/pytorchReplicaSpecs/Worker/replicas
+      value: $workers
+    - op: replace
+      path: /spec/elasticPolicy/minReplicas
+      value: $min_workers
+    - op: replace
+      path: /spec/elasticPolicy/maxReplicas
+      value: $max_workers
+    - op: replace
+      path: /spec/nprocPerNode
+      value: "$slots"
+    - op: replace
+      path: /spec/pytorchReplicaSpecs/Worker/template/spec/containers/0$gpus
+      value: $slots
+EOF
+elif [ "$target" = one-node ] && [ -n "$slots" ]; then
+  cat >>"$out/kustomization.yaml" <<EOF
+patches:
+- target:
+    kind: Job
+  patch: |-
+    - op: replace
+      path: /spec/template/spec/containers/0$gpus
+      value: $slots
+    - op: test
+      path: /spec/template/spec/containers/0/args/0
+      value: -np
+    - op: replace
+      path: /spec/template/spec/containers/0/args/1
+      value: "$slots"
 EOF
 fi
 

@@ -20,11 +20,23 @@ except ImportError:  # the test modules skip (pytest.importorskip) before using 
     yaml = None
 
 ROOT = Path(__file__).resolve().parents[2]
-# The MPI Operator's CRD lives in the shared folder beside the clone (absent outside this project).
+# The MPI Operator's and the Training Operator's CRDs live in the shared folder beside the clone
+# (absent outside this project).
 CRD = ROOT.parent / "shared" / "k8s" / "mpijob-crd-v0.8.2.yaml"
-# Targets of scripts/k8s-render.sh, and the ones that run MPIJobs.
-TARGETS = ["p3.16xlarge", "p3dn.24xlarge", "one-node", "smoke", "stage-data", "fsx"]
+PYTORCHJOB_CRD = ROOT.parent / "shared" / "k8s" / "pytorchjob-crd-v1.9.0.yaml"
+# Targets of scripts/k8s-render.sh, as it lists them (a target added there is tested here too),
+# and the ones that run MPIJobs and elastic PyTorchJobs.
+TARGETS = subprocess.run([str(ROOT / "scripts" / "k8s-render.sh"), "--list"], capture_output=True,
+                         text=True, check=True).stdout.split()
 MPIJOB_TARGETS = ["p3.16xlarge", "p3dn.24xlarge"]
+PYTORCHJOB_TARGETS = ["pytorchjob-p3.16xlarge", "pytorchjob-p3dn.24xlarge"]
+
+
+def job_kind(target):
+    """The kind of the document that runs a target's pods."""
+    if target in MPIJOB_TARGETS:
+        return "MPIJob"
+    return "PyTorchJob" if target in PYTORCHJOB_TARGETS else "Job"
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/resnet-trainer:test"
 
 
@@ -50,6 +62,14 @@ def executables():
     return names
 
 
+def build_dir():
+    """The build tree with `train` in it: TRAINER_BUILD_DIR (as scripts/test.sh sets it) or build/."""
+    for candidate in [os.environ.get("TRAINER_BUILD_DIR"), ROOT / "build"]:
+        if candidate and (Path(candidate) / "train").is_file():
+            return Path(candidate)
+    pytest.skip("no built train binary (scripts/build.sh, or TRAINER_BUILD_DIR)")
+
+
 def read_config(text):
     """The trainer's config format: flat `key = value` lines, `#` comments, quoted strings."""
     values = {}
@@ -66,10 +86,27 @@ def read_config(text):
     return values
 
 
+def pod_templates(doc, path=""):
+    """(path, metadata, pod spec) of every pod a document makes, whatever its kind: a Pod, or any
+    template holding a pod spec (Job, MPIJob replicas, PyTorchJob replicas, Deployment, ...)."""
+    if not isinstance(doc, dict):
+        if isinstance(doc, list):
+            for i, item in enumerate(doc):
+                yield from pod_templates(item, f"{path}[{i}]")
+        return
+    spec = doc.get("spec")
+    if isinstance(spec, dict) and isinstance(spec.get("containers"), list):
+        yield path or doc.get("kind", ""), doc.get("metadata", {}), spec
+        return
+    for key, value in doc.items():
+        yield from pod_templates(value, f"{path}.{key}" if path else key)
+
+
 def containers(doc):
-    """(role, pod spec, container) of every container in a Job, MPIJob or Pod template."""
-    if doc["kind"] == "MPIJob":
-        for role, spec in doc["spec"]["mpiReplicaSpecs"].items():
+    """(role, pod spec, container) of every container in a Job, MPIJob or PyTorchJob."""
+    replica_specs = {"MPIJob": "mpiReplicaSpecs", "PyTorchJob": "pytorchReplicaSpecs"}
+    if doc["kind"] in replica_specs:
+        for role, spec in doc["spec"][replica_specs[doc["kind"]]].items():
             pod = spec["template"]["spec"]
             for c in pod.get("initContainers", []) + pod["containers"]:
                 yield role, pod, c

@@ -60,9 +60,19 @@ def test_logs_follow_the_launcher_or_the_job(cluster, target, job):
     assert calls[-1] == f"kubectl logs -f --pod-running-timeout=30m job/{job}"
 
 
+@pytest.mark.parametrize("target", ["pytorchjob-p3.16xlarge", "pytorchjob-p3dn.24xlarge"])
+def test_logs_follow_worker_0_of_a_pytorchjob(cluster, target):
+    # Global rank 0, which logs the world, the progress and the accuracy, runs on worker 0.
+    code, err, calls = cluster("k8s-logs.sh", target)
+    assert code == 0, err
+    assert calls[0] == "kubectl get PyTorchJob/resnet50-elastic -o wide"
+    assert calls[-1] == "kubectl logs -f --pod-running-timeout=30m pod/resnet50-elastic-worker-0"
+
+
 def test_logs_refuses_a_target_without_a_job(cluster):
-    code, _, calls = cluster("k8s-logs.sh", "fsx")
-    assert code == 2 and calls == []
+    for target in ("fsx", "tensorboard"):
+        code, _, calls = cluster("k8s-logs.sh", target)
+        assert code == 2 and calls == []
 
 
 def test_delete_deletes_what_apply_created(cluster):
