@@ -38,6 +38,10 @@ def test_the_staging_job_indexes_the_writable_dataset(rendered):
     assert container["args"][0] == "--index"
     dataset = next(m for m in container["volumeMounts"] if m["mountPath"] == "/fsx/imagenet")
     assert not dataset.get("readOnly"), "the index files need a writable dataset folder"
+    # The folder imported from S3 belongs to root; the staging runs as uid 1000.
+    assert container["securityContext"]["runAsUser"] == 1000
+    (init,) = job["spec"]["template"]["spec"]["initContainers"]
+    assert "chown 1000:1000 /fsx/imagenet" in " ".join(init["command"])
 
 
 def test_training_reads_the_staged_indexes_and_scans_nothing(dataset, tmp_path):
