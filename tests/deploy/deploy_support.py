@@ -152,3 +152,26 @@ def rendered(render):
         return cache[target]
 
     return get
+
+
+def strict(schema):
+    """The CRD's schema with unknown fields rejected: the API server prunes them silently, so a
+    misspelled field (launcherCreationPolicy, say) would otherwise pass and do nothing."""
+    if isinstance(schema, dict):
+        schema = {k: strict(v) for k, v in schema.items()}
+        if ("properties" in schema and "additionalProperties" not in schema
+                and not schema.get("x-kubernetes-preserve-unknown-fields")):
+            schema["additionalProperties"] = False
+    elif isinstance(schema, list):
+        schema = [strict(v) for v in schema]
+    return schema
+
+
+def crd_validator(path, version, operator):
+    """A strict JSON-schema validator for one version of the CRD at `path`; skips without it."""
+    jsonschema = pytest.importorskip("jsonschema", reason="run scripts/setup.sh")
+    if not path.exists():
+        pytest.skip(f"{path} is absent: no {operator} CRD schema to validate against")
+    crd = yaml.safe_load(path.read_text())
+    schema = next(v for v in crd["spec"]["versions"] if v["name"] == version)["schema"]
+    return jsonschema.Draft4Validator(strict(schema["openAPIV3Schema"]))

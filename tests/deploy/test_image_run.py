@@ -280,12 +280,12 @@ def test_one_node_job_runs_verbatim(image, dataset, cpu_toml, cluster, render, t
 
 def process_tree(pid):
     """pid and its descendants."""
-    tree, todo = [], [int(pid)]
-    while todo:
-        p = todo.pop()
+    tree, pending = [], [int(pid)]
+    while pending:
+        p = pending.pop()
         tree.append(p)
         try:
-            todo += [int(c) for t in os.listdir(f"/proc/{p}/task")
+            pending += [int(c) for t in os.listdir(f"/proc/{p}/task")
                      for c in open(f"/proc/{p}/task/{t}/children").read().split()]
         except OSError:  # it has ended meanwhile
             pass

@@ -9,7 +9,7 @@ import pytest
 yaml = pytest.importorskip("yaml", reason="pyyaml is missing: run scripts/setup.sh")
 # kubectl, render and rendered are fixtures.
 from deploy_support import (CRD, MPIJOB_TARGETS, ROOT, TARGETS,  # noqa: E402,F401
-                            kubectl, render, rendered)
+                            crd_validator, kubectl, render, rendered)
 
 # The Kubernetes version the built-in kinds are checked against (EKS's current releases).
 K8S_VERSION = "1.32"
@@ -72,27 +72,9 @@ def test_builtin_validation_rejects_a_misspelled_field(rendered):
         kv.validate(job, K8S_VERSION, strict=True)
 
 
-def strict(schema):
-    """The CRD's schema with unknown fields rejected: the API server prunes them silently, so a
-    misspelled field (launcherCreationPolicy, say) would otherwise pass and do nothing."""
-    if isinstance(schema, dict):
-        schema = {k: strict(v) for k, v in schema.items()}
-        if ("properties" in schema and "additionalProperties" not in schema
-                and not schema.get("x-kubernetes-preserve-unknown-fields")):
-            schema["additionalProperties"] = False
-    elif isinstance(schema, list):
-        schema = [strict(v) for v in schema]
-    return schema
-
-
 @pytest.fixture(scope="module")
 def mpijob_validator():
-    jsonschema = pytest.importorskip("jsonschema", reason="run scripts/setup.sh")
-    if not CRD.exists():
-        pytest.skip(f"{CRD} is absent: no MPI Operator CRD schema to validate against")
-    crd = yaml.safe_load(CRD.read_text())
-    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v2beta1")
-    return jsonschema.Draft4Validator(strict(version["schema"]["openAPIV3Schema"]))
+    return crd_validator(CRD, "v2beta1", "MPI Operator")
 
 
 def mpijob(target, rendered):

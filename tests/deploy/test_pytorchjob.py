@@ -22,8 +22,8 @@ import pytest
 yaml = pytest.importorskip("yaml", reason="pyyaml is missing: run scripts/setup.sh")
 # kubectl, render and rendered are fixtures.
 from deploy_support import (MPIJOB_TARGETS, PYTORCHJOB_CRD, PYTORCHJOB_TARGETS,  # noqa: E402,F401
-                            ROOT, build_dir, kubectl, render, rendered)
-from test_manifests import strict  # noqa: E402
+                            ROOT, build_dir, crd_validator, kubectl, render,
+                            rendered)
 
 BIN = "/opt/resnet-trainer/bin/"
 TORCHRUN = Path(sys.executable).parent / "torchrun"  # the `torch` wheel's, in the test venv
@@ -45,12 +45,7 @@ def worker(job):
 
 @pytest.fixture(scope="module")
 def validator():
-    jsonschema = pytest.importorskip("jsonschema", reason="run scripts/setup.sh")
-    if not PYTORCHJOB_CRD.exists():
-        pytest.skip(f"{PYTORCHJOB_CRD} is absent: no Training Operator CRD to validate against")
-    crd = yaml.safe_load(PYTORCHJOB_CRD.read_text())
-    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
-    return jsonschema.Draft4Validator(strict(version["schema"]["openAPIV3Schema"]))
+    return crd_validator(PYTORCHJOB_CRD, "v1", "Training Operator")
 
 
 @pytest.mark.parametrize("target", PYTORCHJOB_TARGETS)
@@ -197,11 +192,11 @@ def descendants(pid):
         except (FileNotFoundError, ProcessLookupError):
             continue
         children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        below = children.get(todo.pop(), [])
+    found, pending = [], [pid]
+    while pending:
+        below = children.get(pending.pop(), [])
         found += below
-        todo += below
+        pending += below
     return found
 
 
