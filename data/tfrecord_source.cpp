@@ -16,10 +16,14 @@
 #include "data/step_shares.h"
 #include "data/tfrecord/epoch_plan.h"
 #include "data/tfrecord/file.h"
+#include "src/bounded_wait.h"
 #include "src/check.h"
 
 namespace trainer {
 namespace {
+
+// How long stopping an epoch waits for its threads (they end within one decode once told).
+constexpr std::chrono::seconds kThreadEndTimeout{10};
 
 // Damage found in one record: where, and why.
 struct Damage {
@@ -65,7 +69,7 @@ struct TFRecordSource::Epoch {
   std::vector<Chunk> chunks;  // in first_position order
 
   std::mutex mutex;
-  std::condition_variable slot_ready, window_moved, batch_done;
+  std::condition_variable slot_ready, window_moved, batch_done, thread_ended;
   int64_t next_batch = 0;     // the batch the consumer takes next (relative to the plan)
   int64_t next_position = 0;  // the next plan position a decode worker claims
   std::map<int64_t, PendingBatch> batches;
@@ -73,18 +77,25 @@ struct TFRecordSource::Epoch {
   bool stop = false;
   std::exception_ptr error;
   std::vector<std::thread> threads;
+  int running = 0;  // threads not yet ended
 
   Epoch(TFRecordSource* s, const TFRecordSourceOptions& options) : source(s), o(options) {}
 
-  int64_t window_end() const { return (next_batch + o.prefetch_batches) * o.batch_size; }
   // The batch that plan position `p` belongs to, and a batch's rows: every batch holds
-  // batch_size but the last, which holds the rest (Note [Elastic epoch order]).
+  // batch_size but the last, which holds the rest (Note [Elastic epoch order]): fewer, none, or
+  // one more than batch_size.
   int64_t batch_of(int64_t p) const { return std::min(p / o.batch_size, batch_count - 1); }
   int64_t rows_of(int64_t batch) const {
     return batch < batch_count - 1 ? o.batch_size
                                    : static_cast<int64_t>(plan.size()) - batch * o.batch_size;
   }
+  // Whether plan position `p` may be worked on now: its batch is among the `ahead` batches from
+  // the one the consumer takes next. Counted in batches, not positions, so that every row of a
+  // last batch longer than batch_size is inside the window when its batch is.
+  bool in_window(int64_t p, int64_t ahead) const { return batch_of(p) < next_batch + ahead; }
   void fail(std::exception_ptr e);
+  template <typename Work>
+  void start_thread(Work work);
   void read_chunks(int reader);
   void decode_loop();
   void record_bad(const Damage& damage);  // called with `mutex` held
@@ -98,6 +109,17 @@ std::mutex logged_mutex;
 std::set<std::pair<std::string, int64_t>> logged;  // (file, offset) already warned about
 
 }  // namespace
+
+template <typename Work>
+void TFRecordSource::Epoch::start_thread(Work work) {
+  ++running;
+  threads.emplace_back([this, work] {
+    work();
+    std::lock_guard<std::mutex> lock(mutex);
+    --running;
+    thread_ended.notify_all();
+  });
+}
 
 void TFRecordSource::Epoch::fail(std::exception_ptr e) {
   if (!error) error = e;
@@ -118,7 +140,7 @@ void TFRecordSource::Epoch::read_chunks(int reader) {
         // Read ahead of the decoders by one batch more than they may run ahead of the consumer.
         std::unique_lock<std::mutex> lock(mutex);
         window_moved.wait(
-            lock, [&] { return stop || chunk.first_position < window_end() + o.batch_size; });
+            lock, [&] { return stop || in_window(chunk.first_position, o.prefetch_batches + 1); });
         if (stop) return;
         auto& spare = source->spare_payloads_;
         for (size_t m = 0; m < results.size() && !spare.empty(); ++m) {
@@ -245,8 +267,9 @@ void TFRecordSource::Epoch::decode_loop() {
   std::unique_lock<std::mutex> lock(mutex);
   try {
     while (true) {
-      window_moved.wait(
-          lock, [&] { return stop || next_position >= total || next_position < window_end(); });
+      window_moved.wait(lock, [&] {
+        return stop || next_position >= total || in_window(next_position, o.prefetch_batches);
+      });
       if (stop || next_position >= total) return;
       const int64_t p = next_position++;
       const int64_t batch_index = batch_of(p), row = p - batch_index * b;
@@ -355,14 +378,28 @@ int64_t TFRecordSource::batches_left() const { return epoch_->batch_count - epoc
 
 void TFRecordSource::stop_epoch() {
   if (!epoch_) return;
+  bool ended = false;
   {
-    std::lock_guard<std::mutex> lock(epoch_->mutex);
+    std::unique_lock<std::mutex> lock(epoch_->mutex);
     epoch_->stop = true;
     epoch_->slot_ready.notify_all();
     epoch_->window_moved.notify_all();
+    ended = epoch_->thread_ended.wait_for(lock, kThreadEndTimeout,
+                                          [&] { return epoch_->running == 0; });
+  }
+  bad_in_past_epochs_ += epoch_->bad;
+  if (!ended) {
+    // A reader blocked in a read that never returns (a hung network file system) would block a
+    // join forever: leave the threads, and the epoch they use, to the process's exit.
+    spdlog::warn(
+        "{} input thread(s) still blocked {} s after the epoch was stopped (a read of {} "
+        "that does not return?); leaving them",
+        epoch_->running, kThreadEndTimeout.count(), options_.files.front());
+    for (auto& t : epoch_->threads) t.detach();
+    epoch_.release();
+    return;
   }
   for (auto& t : epoch_->threads) t.join();
-  bad_in_past_epochs_ += epoch_->bad;
   epoch_.reset();
 }
 
@@ -401,9 +438,9 @@ void TFRecordSource::start_epoch(int64_t epoch, int64_t position) {
     chunk.members.emplace_back(p, local);
   }
   Epoch* raw = e.get();
-  for (int r = 0; r < o.reader_threads; ++r)
-    e->threads.emplace_back([raw, r] { raw->read_chunks(r); });
-  for (int w = 0; w < o.decode_threads; ++w) e->threads.emplace_back([raw] { raw->decode_loop(); });
+  std::lock_guard<std::mutex> lock(e->mutex);
+  for (int r = 0; r < o.reader_threads; ++r) e->start_thread([raw, r] { raw->read_chunks(r); });
+  for (int w = 0; w < o.decode_threads; ++w) e->start_thread([raw] { raw->decode_loop(); });
   epoch_ = std::move(e);
 }
 
@@ -420,11 +457,16 @@ Batch TFRecordSource::next_batch() {
     return {at::empty({0, s, s, 3}, at::TensorOptions().dtype(at::kByte)), at::empty({0}, longs),
             at::empty({0}, longs)};
   }
-  e.batch_done.wait(lock, [&] {
-    if (e.error) return true;
-    auto it = e.batches.find(index);
-    return it != e.batches.end() && it->second.remaining == 0;
-  });
+  bounded_wait(
+      e.batch_done, lock,
+      [&] {
+        if (e.error) return true;
+        auto it = e.batches.find(index);
+        return it != e.batches.end() && it->second.remaining == 0;
+      },
+      options_.wait_timeout,
+      detail::concat("batch ", index + 1, " of ", e.batch_count, " (epoch ", e.epoch + 1,
+                     ") from the input threads reading ", options_.files.front(), " ..."));
   if (e.error) std::rethrow_exception(e.error);
   PendingBatch done = std::move(e.batches[index]);
   e.batches.erase(index);

@@ -7,6 +7,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,6 +37,9 @@ struct TFRecordSourceOptions {
   std::string index_cache_dir;      // where index files go when the data folder is read-only
   bool fail_on_bad_record = false;  // false: skip (and count) bad records
   double max_bad_fraction = 0.001;  // skip: error once more than this fraction is bad
+  // next_batch() waits at most this long for a batch (DeadlineExceeded), and gives up soon after
+  // a stop signal (StopRequested): src/bounded_wait.h.
+  std::chrono::seconds wait_timeout{300};
 };
 
 class TFRecordSource : public BatchSource {
@@ -48,8 +52,8 @@ class TFRecordSource : public BatchSource {
   int64_t samples_per_epoch() const override { return total_records(); }
   void start_epoch(int64_t epoch, int64_t position = 0) override;
   int64_t batches_left() const override;
-  // Blocks until the batch is ready. A skipped record's row is filled with another image of the
-  // batch in training (the batch keeps its size) and dropped in evaluation.
+  // Blocks until the batch is ready (bounded: wait_timeout). A skipped record's row is filled with
+  // another image of the batch in training (the batch keeps its size) and dropped in evaluation.
   Batch next_batch() override;
 
   int64_t total_records() const;         // in all files (intact ones)

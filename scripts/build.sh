@@ -2,6 +2,7 @@
 # Configures and builds the project (Release, Ninja, ccache) into $BUILD_DIR (default: build/).
 # LibTorch comes from the cache's `torch` wheel unless CMAKE_PREFIX_PATH names another.
 # BUILD_TESTS=OFF builds only train and the tools (the container image's build stage).
+# Arguments name targets to build (default: all), e.g. `scripts/build.sh train` for the smoke run.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 # Without the tests only what the build needs is installed (no GoogleTest, no test tools).
@@ -21,4 +22,4 @@ cmake -S "$root" -B "$build_dir" -G Ninja \
   -DPYTHON_EXECUTABLE="$python" \
   -DTRAINER_BUILD_TESTS="${BUILD_TESTS:-ON}" \
   ${TORCH_CUDA_ARCH_LIST:+-DTORCH_CUDA_ARCH_LIST="$TORCH_CUDA_ARCH_LIST"}
-cmake --build "$build_dir" -j "${BUILD_JOBS:-$(nproc)}"
+cmake --build "$build_dir" -j "${BUILD_JOBS:-$(nproc)}" ${1:+--target "$@"}

@@ -18,12 +18,25 @@ Secret (an ECDSA P-521 key in PEM as id_rsa, the public key as id_rsa.pub and au
 mode 0644 unless mounted at /root/.ssh) at sshAuthMountPath of every pod; the launcher only once
 every worker is ready (WaitForWorkersReady), with the hostfile and discover_hosts.sh at /etc/mpi
 and the operator's environment; when the launcher ends, the workers are deleted (cleanPodPolicy).
-Not rehearsed: GPUs and other resources, scheduling (node selectors, tolerations), the Service
-(network aliases stand in for its DNS), restarts (restartPolicy, backoffLimit).
+As the headless Service <job> would: every pod of the job resolves every pod's name,
+<pod>.<job>.<namespace>.svc and the same with .cluster.local, to that pod's address; a pod resolves
+its own hostname too. Podman's DNS is not used (Debian 12's podman resolves names on its networks
+only with a DNS plugin that nothing installs): each container gets a fixed address on the job's
+network, the same for a pod started again under the same name, and every name of the job as an
+/etc/hosts line (--add-host), so the rehearsal behaves the same with or without the plugin. Before
+the launcher starts, a short-lived container on the launcher's network, with its /etc/hosts, checks
+that every hostfile host resolves, and the rehearsal stops at once naming any that does not (the
+launcher's entrypoint would wait 5 minutes for it).
+Not rehearsed: GPUs and other resources, scheduling (node selectors, tolerations), the Service's
+DNS server itself (names through the search path such as <pod>.<job>, another pod's bare
+hostname, records that change while the job runs: a restarted pod keeps its address here, where
+the cluster would give it a new one), restarts (restartPolicy, backoffLimit).
 """
 import argparse
+import ipaddress
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -52,6 +65,25 @@ def podman(*args, timeout=120, check=True, quiet=False):
         raise RuntimeError(f"podman {' '.join(map(str, args))} failed ({proc.returncode}):\n"
                            f"{proc.stderr}")
     return proc.stdout
+
+
+def exit_status(name):
+    """A container's exit status once it has stopped, else None (created or still running)."""
+    state = podman("inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", name,
+                   quiet=True).split()
+    return int(state[1]) if state[0] in ("exited", "stopped") else None
+
+
+def container_log(name):
+    proc = subprocess.run(["podman", "logs", name], capture_output=True, text=True, timeout=60)
+    return proc.stdout + proc.stderr
+
+
+def hostfile_hosts(text):
+    """The hosts of a hostfile, read as the image's entrypoint reads them (wait_for_hosts): lines
+    are "host slots=N" (OpenMPI) or "host:N" (Intel MPI, MPICH); # starts a comment line."""
+    hosts = [re.split(r"[\s:]", line, maxsplit=1)[0] for line in text.splitlines()]
+    return [h for h in hosts if h and not h.startswith("#")]
 
 
 def write_volume(folder, files):
@@ -89,7 +121,28 @@ class Cluster:
         self.network = f"{prefix}net"
         self.config_maps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
         self.delete(grace=0)  # what an interrupted run with the same prefix left
+        # Podman picks a subnet that no other network uses (another test's, the host's).
         podman("network", "create", "--label", self.label, self.network)
+        subnet = json.loads(podman("network", "inspect", self.network, quiet=True))[0]["subnets"][0]
+        gateway = ipaddress.ip_address(subnet["gateway"])
+        self.free = [a for a in ipaddress.ip_network(subnet["subnet"]).hosts() if a != gateway]
+        self.addresses = {}  # container name (without the prefix) -> its address
+
+    def address(self, name):
+        """The fixed address of the container `name` on the network. Every container gets one, so
+        that the other pods' /etc/hosts can name it before it starts; podman's address management
+        then hands out none itself that could collide. A pod started again under the same name
+        gets the same address, which the others' /etc/hosts lines still point at."""
+        if name not in self.addresses:
+            self.addresses[name] = str(self.free[len(self.addresses)])
+        return self.addresses[name]
+
+    @staticmethod
+    def host_args(hosts):
+        """{name: address} as /etc/hosts lines (--add-host), which resolve with or without a DNS
+        server on the network."""
+        return [arg for name, address in hosts.items()
+                for arg in ("--add-host", f"{name}:{address}")]
 
     def volume_args(self, pod, container, extra):
         """podman arguments that mount the container's volumes; extra: {mountPath: (dir, ro)}."""
@@ -154,9 +207,10 @@ class Cluster:
             args += ["--read-only"]
         return args
 
-    def start(self, name, pod, container=None, env=(), extra_mounts=None, aliases=(),
+    def start(self, name, pod, container=None, env=(), extra_mounts=None, hosts=None,
               hostname=None):
-        """Starts one container of a pod spec, detached; returns the container's name."""
+        """Starts one container of a pod spec, detached; returns the container's name.
+        hosts: {name: address} that resolve in the container."""
         container = container or pod["containers"][0]
         for var in container.get("env", []):
             if "value" not in var:
@@ -165,9 +219,8 @@ class Cluster:
         command = container.get("command", [])
         words = command[1:] + container.get("args", [])
         args = ["run", "-d", "--name", self.prefix + name, "--label", self.label,
-                "--network", self.network, "--hostname", hostname or name]
-        for alias in aliases:
-            args += ["--network-alias", alias]
+                "--network", self.network, "--ip", self.address(name),
+                "--hostname", hostname or name] + self.host_args(hosts or {})
         for var in environment:
             args += ["--env", var]
         args += self.security_args(pod, container, container["image"])
@@ -177,20 +230,26 @@ class Cluster:
         podman(*args, container["image"], *words)
         return self.prefix + name
 
+    def run_once(self, name, image, command, hosts=None, timeout=120):
+        """Runs command in a short-lived container on the network, with the given hosts in its
+        /etc/hosts; returns its output."""
+        return podman("run", "--rm", "--name", self.prefix + name, "--label", self.label,
+                      "--network", self.network, "--ip", self.address(name),
+                      *self.host_args(hosts or {}), "--entrypoint", command[0], image,
+                      *command[1:], timeout=timeout)
+
     def wait(self, name, timeout):
         """The container's exit status, once it has stopped (TimeoutError after timeout s)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            state = podman("inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", name,
-                           quiet=True).split()
-            if state[0] in ("exited", "stopped"):
-                return int(state[1])
+            status = exit_status(name)
+            if status is not None:
+                return status
             time.sleep(1)
         raise TimeoutError(f"{name} still runs after {timeout} s")
 
     def logs(self, name):
-        proc = subprocess.run(["podman", "logs", name], capture_output=True, text=True, timeout=60)
-        return proc.stdout + proc.stderr
+        return container_log(name)
 
     def running(self):
         return podman("ps", "--filter", f"label={self.label}", "--format", "{{.Names}}",
@@ -224,9 +283,41 @@ class MPIJob:
         self.ssh_path = spec["sshAuthMountPath"]
         self.ssh_dir = self.ssh_secret()
         self.workers = [f"{self.name}-worker-{i}" for i in range(self.replicas)]
+        self.launcher_name = f"{self.name}-launcher"
 
     def dns(self, pod_name):
         return f"{pod_name}.{self.name}.{NAMESPACE}.svc"
+
+    def hosts(self):
+        """{name: address} of every pod of the job under the names its Service's records give it
+        (with and without .cluster.local), as every pod of the job resolves them. Not the bare
+        hostnames: the cluster's DNS does not resolve another pod's (its search path does not
+        reach the Service's subdomain), so a hostfile using one must fail here too."""
+        pods = self.workers + [self.launcher_name]
+        address = self.cluster.address
+        return {name: address(pod) for pod in pods
+                for name in (self.dns(pod), self.dns(pod) + ".cluster.local")}
+
+    def check_hosts(self, hostfile):
+        """Stops the rehearsal in seconds, naming them, when hosts of the hostfile do not resolve
+        where the launcher will run (its network, its /etc/hosts), where the launcher's entrypoint
+        would wait 5 minutes for them before mpirun fails."""
+        names = hostfile_hosts(Path(hostfile).read_text())
+        image = self.launcher["containers"][0]["image"]
+        script = 'for host; do getent hosts "$host" >/dev/null || echo "$host"; done'
+        unresolved = self.cluster.run_once(f"{self.launcher_name}-resolve", image,
+                                           ["/bin/sh", "-c", script, "sh", *names],
+                                           hosts=self.hosts()).split()
+        if unresolved:
+            raise SystemExit(
+                f"k8s-rehearse: {', '.join(unresolved)} from the hostfile "
+                f"{'does' if len(unresolved) == 1 else 'do'} not resolve on the launcher's network "
+                f"{self.cluster.network}, so mpirun could not reach it there. The job's "
+                f"pods resolve as {', '.join(sorted(self.hosts()))} (/etc/hosts lines from "
+                f"--add-host; the rehearsal uses no DNS server). Fix: a hostfile line names a "
+                f"worker as the MPI Operator writes it, {self.dns(self.name + '-worker-<i>')}; "
+                f"if those names fail too, the image's /etc/nsswitch.conf must look up hosts in "
+                f"files.")
 
     def ssh_secret(self):
         """The operator's Secret <job>-ssh: a new ECDSA P-521 key, PEM, made with the image's
@@ -255,8 +346,7 @@ class MPIJob:
     def start_worker(self, i):
         name = self.workers[i]
         return self.cluster.start(
-            name, self.worker, env=["K_MPI_JOB_ROLE=worker"], hostname=name,
-            aliases=[self.dns(name), self.dns(name) + ".cluster.local"],
+            name, self.worker, env=["K_MPI_JOB_ROLE=worker"], hostname=name, hosts=self.hosts(),
             extra_mounts={self.ssh_path: (self.ssh_dir, True)})
 
     def wait_ready(self, timeout=120):
@@ -264,9 +354,15 @@ class MPIJob:
         port = self.worker["containers"][0]["readinessProbe"]["tcpSocket"]["port"]
         deadline = time.monotonic() + timeout
         for name in self.workers:
-            probe = ["podman", "exec", self.cluster.prefix + name, "bash", "-c",
+            container = self.cluster.prefix + name
+            probe = ["podman", "exec", container, "bash", "-c",
                      f"exec 3<>/dev/tcp/127.0.0.1/{port}"]
             while subprocess.run(probe, capture_output=True, timeout=30).returncode != 0:
+                # A worker that has ended will never be ready: say so now, not at the deadline.
+                status = exit_status(container)
+                if status is not None:
+                    raise RuntimeError(f"worker {name} exited with status {status} before it was "
+                                       f"ready:\n{container_log(container)[-3000:]}")
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"worker {name} is not ready after {timeout} s")
                 time.sleep(1)
@@ -278,10 +374,12 @@ class MPIJob:
                "OMPI_MCA_plm_rsh_args=-o ConnectionAttempts=10",
                f"OMPI_MCA_orte_set_default_slots={self.slots}",
                "NVIDIA_VISIBLE_DEVICES=", "NVIDIA_DRIVER_CAPABILITIES="]
-        name = f"{self.name}-launcher"
+        hostfile_dir = self.hostfile_dir()
+        self.check_hosts(hostfile_dir / "hostfile")
         return self.cluster.start(
-            name, self.launcher, env=env, hostname=name, aliases=[self.dns(name)],
-            extra_mounts={self.ssh_path: (self.ssh_dir, True), "/etc/mpi": (self.hostfile_dir(), True)})
+            self.launcher_name, self.launcher, env=env, hostname=self.launcher_name,
+            hosts=self.hosts(),
+            extra_mounts={self.ssh_path: (self.ssh_dir, True), "/etc/mpi": (hostfile_dir, True)})
 
     def run(self, timeout):
         """Workers, then the launcher; returns (launcher's exit status, its log)."""

@@ -5,7 +5,9 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 export BUILD_DIR=${BUILD_DIR:-$root/build}
-"$root/scripts/build.sh"
+# Only what the smoke run needs: no test tools installed, only `train` built (scripts/test.sh
+# adds the rest to the same build folder later).
+BUILD_TESTS=${BUILD_TESTS:-OFF} "$root/scripts/build.sh" train
 
 set -x
 "$BUILD_DIR/train" --config "$root/configs/smoke.toml" --output_dir "${OUTPUT_DIR:-/tmp/resnet-smoke}" "$@"

@@ -67,19 +67,14 @@ void fsync_directory(const fs::path& dir) {
   ::close(fd);
 }
 
+// checkpoint-<digits>.pt: what checkpoint_path names (another name there is not the run's).
 bool is_checkpoint_name(const std::string& name) {
-  return name.rfind(kPrefix, 0) == 0 && name.size() > std::strlen(kPrefix) + 3 &&
-         name.substr(name.size() - 3) == kSuffix;
-}
-
-std::vector<fs::path> list_checkpoints(const fs::path& dir) {
-  std::vector<fs::path> out;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec))
-    if (entry.is_regular_file() && is_checkpoint_name(entry.path().filename().string()))
-      out.push_back(entry.path());
-  std::sort(out.begin(), out.end());  // zero-padded steps: lexical order is step order
-  return out;
+  const size_t prefix = std::strlen(kPrefix), suffix = std::strlen(kSuffix);
+  if (name.rfind(kPrefix, 0) != 0 || name.size() <= prefix + suffix ||
+      name.substr(name.size() - suffix) != kSuffix)
+    return false;
+  const std::string digits = name.substr(prefix, name.size() - prefix - suffix);
+  return std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
 }  // namespace
@@ -119,6 +114,7 @@ void save_checkpoint(const Checkpoint& checkpoint, const fs::path& path) {
   dict.insert("step", checkpoint.progress.step);
   dict.insert("epoch", checkpoint.progress.epoch);
   dict.insert("samples_in_epoch", checkpoint.progress.samples_in_epoch);
+  dict.insert("eval_pending", checkpoint.progress.eval_pending);
   dict.insert("world_size", checkpoint.world_size);
   dict.insert("global_batch", checkpoint.global_batch);
   dict.insert("samples_per_epoch", checkpoint.samples_per_epoch);
@@ -127,7 +123,15 @@ void save_checkpoint(const Checkpoint& checkpoint, const fs::path& path) {
 
   fs::create_directories(path.parent_path());
   const fs::path tmp = path.string() + kTemporary + std::to_string(::getpid());
-  write_file_durably(tmp, bytes);
+  try {
+    write_file_durably(tmp, bytes);
+  } catch (const UserError& e) {
+    std::error_code ignored;  // a partial checkpoint only takes space (a full disk, most likely)
+    fs::remove(tmp, ignored);
+    throw UserError(std::string(e.what()) + ". The checkpoints written before are intact. Fix: " +
+                    "free space on the output volume (df -h " + path.parent_path().string() +
+                    "), then start the job again: it resumes from the newest");
+  }
   fs::rename(tmp, path);
   fsync_directory(path.parent_path());
 }
@@ -160,6 +164,8 @@ Checkpoint load_checkpoint(const fs::path& path) {
   out.progress.step = dict.at("step").toInt();
   out.progress.epoch = dict.at("epoch").toInt();
   out.progress.samples_in_epoch = dict.at("samples_in_epoch").toInt();
+  // Absent from checkpoints of earlier versions, which never left an evaluation for later.
+  out.progress.eval_pending = dict.contains("eval_pending") && dict.at("eval_pending").toBool();
   out.world_size = dict.at("world_size").toInt();
   out.global_batch = dict.at("global_batch").toInt();
   out.samples_per_epoch = dict.at("samples_per_epoch").toInt();
@@ -171,6 +177,26 @@ fs::path checkpoint_path(const fs::path& dir, int64_t step) {
   char name[64];
   std::snprintf(name, sizeof(name), "%s%09lld%s", kPrefix, static_cast<long long>(step), kSuffix);
   return dir / name;
+}
+
+bool is_checkpoint_file_name(const fs::path& path) {
+  return is_checkpoint_name(path.filename().string());
+}
+
+std::vector<fs::path> list_checkpoints(const fs::path& dir) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.is_regular_file() && is_checkpoint_name(entry.path().filename().string()))
+      out.push_back(entry.path());
+  std::sort(out.begin(), out.end());  // zero-padded steps: lexical order is step order
+  return out;
+}
+
+int64_t checkpoint_step(const fs::path& path) {
+  const std::string name = path.filename().string();
+  TORCH_INTERNAL_ASSERT(is_checkpoint_name(name), "not a checkpoint name: ", name);
+  return std::stoll(name.substr(std::strlen(kPrefix)));
 }
 
 std::optional<fs::path> newest_checkpoint(const fs::path& dir) {

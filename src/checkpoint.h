@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace trainer {
 
@@ -21,6 +22,9 @@ struct Progress {
   int64_t step = 0;              // optimisation steps completed
   int64_t epoch = 0;             // epoch the next step belongs to
   int64_t samples_in_epoch = 0;  // images of that epoch already trained: its order's position
+  // The evaluation due at the end of the epoch before is still to run: a stop signal came at
+  // that epoch's last step, and the checkpoint came first.
+  bool eval_pending = false;
 };
 
 struct Checkpoint {
@@ -46,6 +50,11 @@ Checkpoint load_checkpoint(const std::filesystem::path& path);
 
 // <dir>/checkpoint-<step, 9 digits>.pt: names sort by step.
 std::filesystem::path checkpoint_path(const std::filesystem::path& dir, int64_t step);
+// Whether the file's name is one checkpoint_path makes, and the step in such a name.
+bool is_checkpoint_file_name(const std::filesystem::path& path);
+int64_t checkpoint_step(const std::filesystem::path& path);
+// The checkpoints in `dir`, oldest (lowest step) first.
+std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& dir);
 std::optional<std::filesystem::path> newest_checkpoint(const std::filesystem::path& dir);
 // Deletes all but the newest `keep` checkpoints in `dir`.
 void prune_checkpoints(const std::filesystem::path& dir, int64_t keep);

@@ -136,6 +136,11 @@ void validate_config(const Config& c) {
   check(c.num_classes > 0, "num_classes", c.num_classes, "must be > 0");
   check(c.batch_size > 0, "batch_size", c.batch_size, "must be > 0 (images per GPU)");
   check(c.image_size >= 32, "image_size", c.image_size, "must be >= 32 (ResNet downsamples 32x)");
+  // A rank may train a single image (batch_size 1, or its share of an epoch's short last step);
+  // below 64 pixels its last feature map is 1x1, and batch norm cannot train on one value.
+  check(c.batch_size > 1 || c.image_size >= 64, "batch_size", c.batch_size,
+        "with image_size < 64 must be >= 2: batch norm needs more than one value per channel, "
+        "and ResNet's last feature map is 1x1 below 64 pixels (or raise image_size to 64)");
   check(c.synthetic_batches_per_epoch > 0, "synthetic_batches_per_epoch",
         c.synthetic_batches_per_epoch, "must be > 0");
   if (c.data_source == "generated") {

@@ -94,7 +94,10 @@ struct Config {
 
   // Set by `train` from the launcher, not settable.
   int world_size = 1;
-  int restart_count = 0;  // restarts of the group by torchrun's elastic agent (resume from newest)
+  int restart_count = 0;  // restarts of the group by torchrun's elastic agent (for the log)
+  // Started by torchrun's elastic agent: any start may be a later round of a running job (after a
+  // failure or a change of members), so the run's own newest checkpoint comes first.
+  bool elastic = false;
   int64_t global_batch() const { return batch_size * world_size; }
 };
 

@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <filesystem>
 
 #include "data/step_shares.h"
+#include "src/bounded_wait.h"
 #include "src/check.h"
 #include "src/input_preview.h"
 #include "src/interval_log.h"
@@ -25,16 +27,79 @@ fs::path checkpoint_dir(const Config& config) {
   return fs::path(config.output_dir) / "checkpoints";
 }
 
-// The checkpoint to resume from: none, the newest in output_dir (auto), or the named file. After
-// an elastic restart the run's own newest checkpoint comes first, whatever `resume` says.
-std::optional<fs::path> resume_path(const Config& config) {
-  if (config.resume == "auto" || config.restart_count > 0)
-    if (auto newest = newest_checkpoint(checkpoint_dir(config))) return newest;
-  if (config.resume == "none" || config.resume == "auto") return std::nullopt;
+// Now in UTC as 20261123T203800Z: sorts by time, and is a valid file name everywhere.
+std::string utc_time_for_file_name() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char text[32];
+  std::strftime(text, sizeof(text), "%Y%m%dT%H%M%SZ", &utc);
+  return text;
+}
+
+// Note [Where a run starts]
+// Rank 0 decides for every rank, so that ranks whose output folders differ (node-local disks, a
+// checkpoint still being written) cannot resume from different steps; the others check that they
+// see the file it chose. The run's own newest checkpoint in output_dir comes first with
+// `resume = auto`, and under an elastic launcher whatever `resume` says: there any start may be a
+// later round of a running job (a pod that joins has a restart count of 0 like a first start).
+// Otherwise `resume = none` starts from scratch and `resume = FILE` from that file. Such a fresh
+// start first moves aside the checkpoints in output_dir of steps beyond its own: kept, the next
+// `auto` start would resume from those rather than the new run's, and pruning (by step) would
+// delete the new run's checkpoints instead of theirs.
+enum class StartKind : int64_t { kScratch, kOwnCheckpoint, kFile };
+
+// Rank 0: moves the checkpoints in `dir` past `step` to a folder beside it.
+void move_aside_checkpoints_after(const fs::path& dir, int64_t step, const std::string& why) {
+  std::vector<fs::path> later;
+  for (const fs::path& path : list_checkpoints(dir))
+    if (checkpoint_step(path) > step) later.push_back(path);
+  if (later.empty()) return;
+  const fs::path aside = dir.string() + "-before-" + utc_time_for_file_name();
+  fs::create_directories(aside);
+  for (const fs::path& path : later) fs::rename(path, aside / path.filename());
+  spdlog::warn("{}: {} checkpoint(s) of an earlier run in {}, up to {}, moved to {}", why,
+               later.size(), dir.string(), later.back().filename().string(), aside.string());
+}
+
+// Rank 0's decision: what to start from, and the step of the own checkpoint.
+std::pair<StartKind, int64_t> decide_start(const Config& config) {
+  const fs::path dir = checkpoint_dir(config);
+  const std::optional<fs::path> newest = newest_checkpoint(dir);
+  if (newest && (config.resume == "auto" || config.elastic))
+    return {StartKind::kOwnCheckpoint, checkpoint_step(*newest)};
+  if (config.resume == "none" || config.resume == "auto") {
+    move_aside_checkpoints_after(dir, 0, "resume = " + config.resume + " starts from scratch");
+    return {StartKind::kScratch, 0};
+  }
   USER_CHECK(fs::is_regular_file(config.resume), "resume = '", config.resume,
              "' is not a checkpoint file. Fix: resume = auto (newest in output_dir), none, or ",
              "the path of a checkpoint-*.pt");
-  return fs::path(config.resume);
+  const fs::path file(config.resume);
+  const int64_t step = is_checkpoint_file_name(file) ? checkpoint_step(file) : 0;
+  move_aside_checkpoints_after(dir, step, "resume = " + config.resume);
+  return {StartKind::kFile, 0};
+}
+
+// The checkpoint every rank resumes from (Note [Where a run starts]); collective.
+std::optional<fs::path> resume_path(const Config& config, ProcessGroup* group) {
+  const bool rank0 = !group || group->rank() == 0;
+  at::Tensor decision = at::zeros({2}, at::kLong);
+  if (rank0) {
+    const auto [kind, step] = decide_start(config);
+    decision[0] = static_cast<int64_t>(kind);
+    decision[1] = step;
+  }
+  if (group) group->broadcast_(decision, /*root=*/0);
+  const auto kind = static_cast<StartKind>(decision[0].item<int64_t>());
+  if (kind == StartKind::kScratch) return std::nullopt;
+  const fs::path path = kind == StartKind::kFile
+                            ? fs::path(config.resume)
+                            : checkpoint_path(checkpoint_dir(config), decision[1].item<int64_t>());
+  USER_CHECK(fs::is_regular_file(path), "rank 0 resumes from ", path.string(),
+             ", which this rank does not see. Fix: output_dir (and resume) must be on a file ",
+             "system every rank shares, e.g. /fsx/runs");
+  return path;
 }
 
 // Collective: every rank takes rank 0's BN statistics; rank 0 alone writes.
@@ -53,7 +118,7 @@ void save(Trainer& trainer, const Config& config, const Progress& at, int64_t sa
 // the checkpoint's run: world size, global batch, peak LR (Note [Elastic epoch order]).
 Progress resume(Trainer& trainer, const Config& config, int64_t samples_per_epoch,
                 const LrSchedule& schedule) {
-  const std::optional<fs::path> path = resume_path(config);
+  const std::optional<fs::path> path = resume_path(config, trainer.group());
   if (!path) return {};
   const Checkpoint checkpoint = load_checkpoint(*path);
   trainer.restore(checkpoint);
@@ -176,13 +241,22 @@ class TrainingLoop {
         "{} images and {} steps per epoch, {} steps in all, peak lr {:.5f} (global batch {})",
         samples_, steps_left(samples_, 0, config_.global_batch()), total_, schedule_.peak(),
         config_.global_batch());
-    if (TensorBoardWriter* tensorboard = metrics_.tensorboard())
+    if (TensorBoardWriter* tensorboard = metrics_.tensorboard()) {
+      // Events a killed run wrote after the checkpoint (steps > at_.step) are trained again: drop
+      // them. From scratch, drop everything an earlier run in this folder wrote.
+      tensorboard->session_start(at_.step == 0 ? 0 : at_.step + 1);
       tensorboard->text("config", at_.step, "    " + indent(config_to_toml(config_)));
-    while (at_.epoch < config_.epochs && at_.step < total_) {
-      train_.start_epoch(at_.epoch, at_.samples_in_epoch);
-      const int64_t epoch = at_.epoch;
-      while (at_.epoch == epoch && at_.step < total_)
-        if (!step()) return result_;
+    }
+    try {
+      if (at_.eval_pending && val_) evaluate(at_.epoch - 1);  // stopped before it ran
+      while (at_.epoch < config_.epochs && at_.step < total_) {
+        train_.start_epoch(at_.epoch, at_.samples_in_epoch);
+        const int64_t epoch = at_.epoch;
+        while (at_.epoch == epoch && at_.step < total_)
+          if (!step()) return result_;
+      }
+    } catch (const StopRequested& stop) {
+      return stopped_while_waiting(stop);
     }
     result_.steps = at_.step;
     if (val_ && result_.final_eval.images == 0)  // resumed at the end: still report accuracy
@@ -219,17 +293,19 @@ class TrainingLoop {
     if (step % config_.log_every_steps == 0 || step == total_)
       result_.final_loss =
           interval_.flush(trainer_, train_, {epoch, epoch_fraction, step, total_, lr}, metrics_);
+    const bool eval_now = val_ && config_.eval_every_epochs > 0 && epoch_done &&
+                          (epoch + 1) % config_.eval_every_epochs == 0;
+    at_.eval_pending = eval_now;  // until evaluate() has run: a checkpoint before carries it over
     if (should_stop(trainer_, step, config_)) {
-      spdlog::warn("signal {} received: checkpointing at step {} and stopping",
-                   stop_signal_number(), step);
+      spdlog::warn("signal {} received: checkpointing at step {} and stopping{}",
+                   stop_signal_number(), step,
+                   eval_now ? " (the epoch's evaluation runs when the run resumes)" : "");
       save(trainer_, config_, at_, samples_);
       metrics_.flush();
       result_.steps = step;
       result_.stopped = true;
       return false;
     }
-    const bool eval_now = val_ && config_.eval_every_epochs > 0 && epoch_done &&
-                          (epoch + 1) % config_.eval_every_epochs == 0;
     if (eval_now || (val_ && step == total_)) evaluate(epoch);
     if (epoch_done || step == total_ ||
         (config_.checkpoint_every_steps > 0 && step % config_.checkpoint_every_steps == 0))
@@ -237,11 +313,33 @@ class TrainingLoop {
     return true;
   }
 
+  // A stop signal came while this rank waited for data (its next batch, or an evaluation's),
+  // and the data did not come within kStopGrace. The state is that of the last step taken. Alone,
+  // checkpoint it. With other ranks no checkpoint can be agreed on (they may be inside the next
+  // step's collectives, which this rank will not join): end the job, saying where it resumes.
+  FitResult stopped_while_waiting(const StopRequested& stop) {
+    ProcessGroup* group = trainer_.group();
+    if (!group || group->size() == 1) {
+      spdlog::warn("{}: checkpointing at step {} and stopping", stop.what(), at_.step);
+      save(trainer_, config_, at_, samples_);
+      metrics_.flush();
+      result_.steps = at_.step;
+      result_.stopped = true;
+      return result_;
+    }
+    const auto newest = newest_checkpoint(checkpoint_dir(config_));
+    throw StopRequested(detail::concat(
+        stop.what(), "; no checkpoint written at step ", at_.step,
+        ": the other ranks cannot join one while this rank has no batch. The run resumes from ",
+        newest ? newest->string() : std::string("its start (no checkpoint yet)")));
+  }
+
   void evaluate(int64_t epoch) {
     if (!eval_previewed_ && trainer_.is_rank0())
       write_eval_preview(trainer_, *val_, at_.step, metrics_);
     eval_previewed_ = true;
     result_.final_eval = run_eval(trainer_, *val_, epoch, at_.step, metrics_);
+    at_.eval_pending = false;
     metrics_.flush();
   }
 

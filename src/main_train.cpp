@@ -1,7 +1,8 @@
 // `train`: trains ResNet per a configuration file and command-line overrides, alone or as one rank
 // under mpirun. The only place that catches: errors are logged with the rank and host, the whole
 // job is ended, and the exit status tells the launcher what happened (0 done, 1 internal error,
-// 2 user error: configuration, data or environment, 128 + signal when stopped by a signal).
+// 2 user error: configuration, data or environment, 3 a deadline passed (a collective or the data
+// never came), 128 + signal when stopped by a signal).
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
@@ -16,6 +17,7 @@
 #include <thread>
 
 #include "src/benchmark.h"
+#include "src/bounded_wait.h"
 #include "src/check.h"
 #include "src/config.h"
 #include "src/device.h"
@@ -79,6 +81,7 @@ int run(int argc, char** argv, std::unique_ptr<ProcessGroup>& group) {
   group = std::make_unique<ProcessGroup>(env, std::chrono::seconds(config.collective_timeout_s));
   config.world_size = group->size();
   config.restart_count = env.torchrun.restart_count;
+  config.elastic = env.launcher == Launcher::kTorchrun;
   validate_config(config);  // again: some rules depend on the world size
   spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [" + group->host() + " " +
                       std::to_string(group->rank()) + "/" + std::to_string(group->size()) +
@@ -147,6 +150,14 @@ int main(int argc, char** argv) {
     return trainer::run(argc, argv, group);
   } catch (const trainer::UserError& e) {
     return trainer::fail(group, 2, e.what(), spdlog::level::err);
+  } catch (const trainer::StopRequested& e) {  // stopped while waiting, without a checkpoint
+    return trainer::fail(group, 128 + trainer::stop_signal_number(), e.what(), spdlog::level::warn);
+  } catch (const trainer::DeadlineExceeded& e) {
+    return trainer::fail(group, 3,
+                         std::string(e.what()) +
+                             ". HINT: a read of the data that does not return (storage) or "
+                             "decoding too slow for the deadline (raise collective_timeout_s)",
+                         spdlog::level::critical);
   } catch (const c10::Error& e) {  // LibTorch's own check failed: its message without a backtrace
     return trainer::fail(group, 1, std::string("internal error: ") + e.what_without_backtrace(),
                          spdlog::level::critical);

@@ -41,6 +41,8 @@ std::unique_ptr<BatchSource> make_tfrecord_source(const Config& config, c10::Dev
   o.index_cache_dir = config.index_cache_dir;
   o.fail_on_bad_record = config.bad_record_policy == "fail";
   o.max_bad_fraction = config.max_bad_fraction;
+  // A batch later than a collective may be would stall the other ranks past their watchdog anyway.
+  o.wait_timeout = std::chrono::seconds(config.collective_timeout_s);
   return std::make_unique<TFRecordSource>(std::move(o));
 }
 

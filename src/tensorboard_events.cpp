@@ -33,6 +33,12 @@ std::string file_version_event() {
   return event.SerializeAsString();
 }
 
+std::string session_start_event(int64_t step) {
+  tb::Event event = event_at(step);
+  event.mutable_session_log()->set_status(tb::SessionLog::START);
+  return event.SerializeAsString();
+}
+
 std::string scalar_event(const std::string& tag, int64_t step, double value) {
   tb::Event event = event_at(step);
   value_of(event, tag)->set_simple_value(static_cast<float>(value));

@@ -14,6 +14,8 @@ std::string scalar_event(const std::string& tag, int64_t step, double value);
 // `png`: an encoded PNG of `height` x `width` RGB pixels.
 std::string image_event(const std::string& tag, int64_t step, const std::string& png, int height,
                         int width);
+// SessionLog START: the run starts, or resumes, at `step` (see src/tensorboard.proto).
+std::string session_start_event(int64_t step);
 // Markdown for TensorBoard's text dashboard.
 std::string text_event(const std::string& tag, int64_t step, const std::string& markdown);
 

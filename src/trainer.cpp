@@ -50,12 +50,20 @@ ReducerOptions reducer_options(const Config& c, c10::Device device) {
   return options;
 }
 
-// Overwrites each tensor with rank 0's (collective), on the current stream when on the GPU.
-void broadcast_from_rank0(const std::vector<at::Tensor>& tensors, ProcessGroup& group) {
+// Overwrites each tensor with rank 0's (collective), on the current stream when on the GPU. The
+// watchdog times the device broadcasts like the gradients' all-reduces: a rank that never joins
+// (stuck in a read, say) ends the job instead of blocking the others forever. `what` names them.
+void broadcast_from_rank0(const std::vector<at::Tensor>& tensors, ProcessGroup& group,
+                          const std::string& what) {
+  bool on_device = false;
   for (at::Tensor t : tensors) {
+    on_device |= t.is_cuda();
     auto stream = t.is_cuda() ? c10::cuda::getCurrentCUDAStream().stream() : nullptr;
     group.broadcast_(t, /*root=*/0, stream);
   }
+  // Host tensors went through the blocking host collective, which the watchdog already times.
+  if (Watchdog* watchdog = group.watchdog(); watchdog && on_device)
+    watchdog->watch_stream(what, c10::cuda::getCurrentCUDAStream());
 }
 
 // Parameters as plain tensors sharing their storage (broadcast writes into them in place).
@@ -90,8 +98,8 @@ Trainer::Trainer(const Config& config, c10::Device device, ProcessGroup* group)
   optimizer_ =
       std::make_unique<Optimizer>(model_->named_parameters().pairs(), optimizer_options(config));
   if (group_ && group_->launched()) {
-    broadcast_from_rank0(parameter_data(*model_), *group_);
-    broadcast_from_rank0(model_->buffers(), *group_);
+    broadcast_from_rank0(parameter_data(*model_), *group_, "the broadcast of rank 0's weights");
+    broadcast_from_rank0(model_->buffers(), *group_, "the broadcast of rank 0's BN statistics");
     reducer_ = std::make_unique<GradientReducer>(model_->parameters(), *group_,
                                                  reducer_options(config, device));
   }
@@ -177,7 +185,8 @@ EvalResult Trainer::evaluate(BatchSource& source) {
 }
 
 void Trainer::sync_buffers() {
-  if (group_ && group_->size() > 1) broadcast_from_rank0(model_->buffers(), *group_);
+  if (group_ && group_->size() > 1)
+    broadcast_from_rank0(model_->buffers(), *group_, "the broadcast of rank 0's BN statistics");
 }
 
 double Trainer::last_step_compute_ms() const {

@@ -141,6 +141,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{{"--weight_decay", "-1e-4"}, "weight_decay"},
         BadValue{{"--label_smoothing", "1"}, "label_smoothing"},
         BadValue{{"--image_size", "16"}, "image_size"},
+        BadValue{{"--batch_size", "1", "--image_size", "32"}, "batch_size"},
         BadValue{{"--num_classes", "0"}, "num_classes"},
         BadValue{{"--lr_schedule", "step", "--epochs", "10", "--lr_step_epochs", "5", "3"},
                  "lr_step_epochs"},

@@ -43,9 +43,18 @@ c10::intrusive_ptr<c10d::Store> connect_store(const TorchrunEnvironment& t,
         "). Fix: check that rank 0's address resolves and the port is free and open between ",
         "the pods"));
   }
-  // Keys of this attempt only: a store that outlives a restart still holds the last one's.
-  return c10::make_intrusive<c10d::PrefixStore>(
-      "resnet-trainer/attempt-" + std::to_string(t.restart_count), store);
+  // Note [Store keys of a round]
+  // The keys must be the same on every rank of a round and new in every round. A store served by
+  // rank 0 is new in every round (the agent starts a new rank 0 each time), so a fixed prefix does.
+  // The restart count is no round number: each agent counts its own restarts, and a pod that
+  // replaces a lost one starts at 0 while the survivors count on; ranks that prefixed their keys
+  // with it would wait for each other's keys forever. Only a store the agent serves outlives a
+  // round; its keys then take the agent's count, as torch.distributed's own do (the PyTorchJob
+  // turns that store off: TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1).
+  const std::string prefix = t.agent_store
+                                 ? "resnet-trainer/attempt-" + std::to_string(t.restart_count)
+                                 : std::string("resnet-trainer");
+  return c10::make_intrusive<c10d::PrefixStore>(prefix, store);
 }
 
 // A dense tensor as one contiguous run of its elements (channels_last weights included): Gloo

@@ -1,8 +1,9 @@
 """What the tests of the built image share: building it once per test session with
-scripts/image-local.sh (podman, a local Debian 12 base), the rehearsal helpers of
-scripts/k8s-rehearse.py, a CPU-sized trainer config for the cluster targets, and a small TFRecord
-dataset made by the image's own tools. Where podman is missing or cannot start containers, the
-tests that need the image skip and say why."""
+scripts/image-local.sh (podman, a local Debian 12 base; the base alone for tests that need no
+trainer), the rehearsal helpers of scripts/k8s-rehearse.py, a CPU-sized trainer config for the
+cluster targets, a small TFRecord dataset made by the image's own tools, and waits that end when
+the container they wait on has. Where podman is missing or cannot start containers, the tests
+that need the image skip and say why."""
 import importlib.util
 import itertools
 import os
@@ -17,6 +18,7 @@ import pytest
 from deploy_support import ROOT
 
 IMAGE = "localhost/resnet-trainer:local"
+BASE_IMAGE = "localhost/resnet-trainer-base:debian12"
 CONTAINERS_CONF = str(ROOT / "docker" / "podman.conf")
 # Limits that only a hang reaches, on a busy 2-core machine (the smoke Job takes 2 minutes on an
 # idle one, 16 on one running other builds); every wait below has one.
@@ -42,18 +44,26 @@ def skip_without_podman():
         pytest.skip(f"podman does not work here: {info.stderr.strip()[-300:]}")
 
 
+def base_image():
+    """The Debian 12 base image (bash, getent; no trainer), made by scripts/image-base.sh: a minute
+    or two the first time (debootstrap), seconds once its root file system is cached. Skips
+    where podman is missing or cannot start containers."""
+    skip_without_podman()
+    base = subprocess.run([ROOT / "scripts" / "image-base.sh", BASE_IMAGE], capture_output=True,
+                          text=True, timeout=1200, env=podman_env())
+    assert base.returncode == 0, f"scripts/image-base.sh failed:\n{base.stderr[-3000:]}"
+    probe = subprocess.run(["podman", "run", "--rm", BASE_IMAGE, "true"], capture_output=True,
+                           text=True, timeout=120)
+    if probe.returncode != 0:
+        pytest.skip(f"podman cannot start containers here: {probe.stderr.strip()[-300:]}")
+    return BASE_IMAGE
+
+
 @pytest.fixture(scope="session")
 def image(tmp_path_factory):
     """The image, built once per session from docker/Dockerfile (cached layers make a rebuild
     of unchanged sources take seconds)."""
-    skip_without_podman()
-    base = subprocess.run([ROOT / "scripts" / "image-base.sh"], capture_output=True, text=True,
-                          timeout=1200, env=podman_env())
-    assert base.returncode == 0, f"scripts/image-base.sh failed:\n{base.stderr[-3000:]}"
-    probe = subprocess.run(["podman", "run", "--rm", "localhost/resnet-trainer-base:debian12",
-                            "true"], capture_output=True, text=True, timeout=120)
-    if probe.returncode != 0:
-        pytest.skip(f"podman cannot start containers here: {probe.stderr.strip()[-300:]}")
+    base_image()
     log = tmp_path_factory.mktemp("image") / "build.log"
     start = time.monotonic()
     with open(log, "w") as out:
@@ -165,8 +175,20 @@ def newest_checkpoint(output_dir):
     return found[-1] if found else (0, None)
 
 
-def wait_for(condition, timeout, what):
+def wait_for(condition, timeout, what, container=None):
+    """Waits until condition() holds, at most timeout s. container: the podman container whose
+    work should make it hold; once that has exited without, it never will, and the wait fails
+    at once with the container's log."""
     deadline = time.monotonic() + timeout
+    next_look = time.monotonic()
     while not condition():
         assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        if container and time.monotonic() >= next_look:
+            # Every 5 s: each `podman inspect` takes CPU from the run being waited for.
+            next_look = time.monotonic() + 5
+            status = rehearse.exit_status(container)
+            # What it did just before exiting counts (a checkpoint written, then the end).
+            if status is not None and not condition():
+                pytest.fail(f"{container} exited with status {status} before {what}:\n"
+                            + rehearse.container_log(container)[-3000:])
         time.sleep(0.5)

@@ -210,9 +210,34 @@ def kill_pod(pod):
     pod.wait()
 
 
-def kept_steps(trace, resumed_step, world_after):
-    """{epoch: Counter of ids} that the run as finally kept trained: each rank's last line for a
-    step (a retried step rewrites it), and after the resume only the ranks that still exist."""
+# A line of `train`'s log starts with its time: [YYYY-MM-DD HH:MM:SS.mmm].
+LOG_TIME = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}\]")
+
+
+def merged_log(outs):
+    """The pods' logs as one, in time order: rank 0, which logs for the job, may run in any pod."""
+    lines = [line for out in outs for line in out.splitlines() if LOG_TIME.match(line)]
+    return "\n".join(sorted(lines, key=lambda line: LOG_TIME.match(line)[0]))
+
+
+def rounds(log):
+    """[(first step, world size)] of each round of the run, in the order they ran: a round starts
+    with rank 0's "world:" line and, when it resumed, its "resumed from ... step S" line."""
+    found = []
+    for line in log.splitlines():
+        if world := re.search(r"world: (\d+) rank\(s\)", line):
+            found.append([0, int(world[1])])
+        elif resumed := re.search(r"resumed from \S+: epoch \d+, image \d+ of \d+, step (\d+)",
+                                  line):
+            found[-1][0] = int(resumed[1])
+    return found
+
+
+def kept_steps(trace, run_rounds):
+    """{epoch: Counter of ids} that the run as finally kept trained. Each step counts as the last
+    round that trained it did (the last to start at or before it): that round's ranks, each by its
+    last line for the step (a retried step rewrites it); a rank the round did not have wrote its
+    line in an earlier round, whose work on that step was dropped."""
     last = {}
     for path in trace.glob("rank-*.txt"):
         rank = int(path.stem.split("-")[1])
@@ -221,7 +246,8 @@ def kept_steps(trace, resumed_step, world_after):
             last[rank, step] = (epoch, ids)
     epochs = {}
     for (rank, step), (epoch, ids) in last.items():
-        if step <= resumed_step or rank < world_after:
+        world = [w for first, w in run_rounds if first <= step][-1]
+        if rank < world:
             epochs.setdefault(epoch, Counter()).update(ids)
     return epochs
 
@@ -248,8 +274,9 @@ class Cluster:
                     "TRAINER_SAMPLE_TRACE": str(self.trace)}
         self.pods = []
 
-    def start_pod(self):
-        index = len(self.pods)
+    def start_pod(self, index=None):
+        """Starts the pod of worker `index` (default: the next one)."""
+        index = len(self.pods) if index is None else index
         self.pods.append(subprocess.Popen(
             pod_command(self.container, self.entrypoint, build_dir() / "train", self.config),
             env={**self.env, **operator_env(self.job, index, self.port)}, stdout=subprocess.PIPE,
@@ -272,9 +299,8 @@ class Cluster:
             kill_pod(pod)
 
 
-def assert_every_image_once_per_epoch(trace, out, epochs, world_after):
-    resumed = int(re.search(r"resumed from \S+: epoch \d+, image \d+ of 96, step (\d+)", out)[1])
-    trained = kept_steps(trace, resumed, world_after)
+def assert_every_image_once_per_epoch(trace, log, epochs):
+    trained = kept_steps(trace, rounds(log))
     assert sorted(trained) == list(range(epochs))
     for epoch, counts in trained.items():
         assert sorted(counts) == list(range(96)), f"epoch {epoch}: ids missing or extra"
@@ -298,7 +324,7 @@ def test_worker_command_trains_loses_a_pod_and_finishes_on_the_other(render, tmp
     assert "world: 2 rank(s)" in out and "world: 1 rank(s)" in out, out
     assert "resized: world size 2 -> 1, global batch 16 -> 8" in out, out
     assert "final: top-1" in out and "on 20 held-out images" in out
-    assert_every_image_once_per_epoch(cluster.trace, out, epochs=3, world_after=1)
+    assert_every_image_once_per_epoch(cluster.trace, out, epochs=3)
 
 
 @pytest.mark.skipif(not TORCHRUN.exists(), reason=f"no torchrun beside {sys.executable}")
@@ -323,4 +349,30 @@ def test_a_pod_added_mid_run_joins_and_the_two_finish(render, tmp_path):
     resumed = re.search(r"resumed from \S+: epoch \d+, image \d+ of 96, step (\d+)", out)
     assert stopped and resumed and stopped[1] == resumed[1], out
     assert "final: top-1" in out and "on 20 held-out images" in out
-    assert_every_image_once_per_epoch(cluster.trace, out, epochs=8, world_after=2)
+    assert_every_image_once_per_epoch(cluster.trace, out, epochs=8)
+
+
+@pytest.mark.skipif(not TORCHRUN.exists(), reason=f"no torchrun beside {sys.executable}")
+def test_a_pod_replaced_mid_run_rejoins_and_the_two_finish(render, tmp_path):
+    # A spot node reclaimed and replaced: pod 1 dies with all its processes, pod 0 goes on alone,
+    # then a new pod with worker 1's environment starts and the two train together again. The
+    # survivor's agent has counted a restart, the newcomer's has not: ranks that used their own
+    # restart count to name the store's keys waited for each other until both pods failed.
+    cluster = Cluster(render, tmp_path, epochs=8)
+    try:
+        cluster.start_pod()
+        cluster.start_pod()
+        cluster.wait_for_checkpoint(4)
+        kill_pod(cluster.pods[1])
+        cluster.pods.pop()
+        cluster.wait_for_checkpoint(10)  # at world 1 (2 steps a checkpoint)
+        cluster.start_pod(index=1)
+        outs = [pod.communicate(timeout=600)[0] for pod in cluster.pods]
+    finally:
+        cluster.stop()
+    assert [pod.returncode for pod in cluster.pods] == [0, 0], "\n".join(outs)
+    log = merged_log(outs)
+    assert [world for _, world in rounds(log)] == [2, 1, 2], log
+    assert "resized: world size 1 -> 2, global batch 8 -> 16" in log, log
+    assert "final: top-1" in log and "on 20 held-out images" in log, log
+    assert_every_image_once_per_epoch(cluster.trace, log, epochs=8)
