@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# Runs the test command (.ci/run) as a freshly installed machine would: in a new Debian 12
-# container (scripts/image-base.sh) where nothing but the project's set-up installs anything,
-# on a copy of the committed tree, with this machine's CUDA toolkit mounted read-only (the
-# toolkit is the one thing the README expects to be there already). The tests that need podman
-# skip inside it (no nested containers); run them on the host. Prints the wall time.
-# Usage: scripts/ci-fresh-container.sh [COMMIT]   (default: HEAD)
+# Runs a command of the README as a freshly installed machine would: in a new Debian 12 container
+# (scripts/image-base.sh) where nothing but the project's set-up installs anything, on a copy of
+# the committed tree, with this machine's CUDA toolkit mounted read-only (the toolkit is the one
+# thing the README expects to be there already). Tests that need podman skip inside it (no nested
+# containers): run those on the host. Prints the command's exit status and wall time.
+# Usage: scripts/fresh-container.sh [COMMAND...]   (default: bash .ci/run)
+#   e.g. scripts/fresh-container.sh scripts/smoke.sh
+#   COMMIT      the tree to copy (default: HEAD)
 #   CA_BUNDLE   CAs for pip inside the container (default: /etc/ssl/certs/ca-certificates.crt,
 #               which carries a TLS-intercepting proxy's CA when the host trusts one)
 #   CUDA_HOME   the CUDA toolkit to mount (default: /usr/local/cuda)
-#   TIMEOUT_S   the run's limit (default: 5400, CI's)
+#   TIMEOUT_S   the command's limit (default: 5400, CI's)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-commit=${1:-HEAD}
+commit=${COMMIT:-HEAD}
+if [ $# -eq 0 ]; then set -- bash .ci/run; fi
 base=localhost/resnet-trainer-base:debian12
 cuda=$(realpath "${CUDA_HOME:-/usr/local/cuda}")
 ca_bundle=${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
@@ -23,7 +26,7 @@ run() {
 
 "$root/scripts/image-base.sh" "$base"
 work=$(mktemp -d)
-name=ci-fresh-$$
+name=fresh-$$
 # shellcheck disable=SC2064  # the names now
 trap "podman rm -f '$name' >/dev/null 2>&1 || true; rm -rf '$work'" EXIT
 # The committed tree, as CI's clone has it: nothing built, nothing cached.
@@ -35,6 +38,6 @@ if [ -f "$ca_bundle" ]; then
 fi
 start=$SECONDS
 status=0
-run timeout "${TIMEOUT_S:-5400}" podman run "${args[@]}" "$base" bash .ci/run </dev/null || status=$?
-echo "+ .ci/run in a fresh Debian 12 container: exit $status after $((SECONDS - start)) s" >&2
+run timeout "${TIMEOUT_S:-5400}" podman run "${args[@]}" "$base" "$@" </dev/null || status=$?
+echo "+ $* in a fresh Debian 12 container: exit $status after $((SECONDS - start)) s" >&2
 exit "$status"
