@@ -140,13 +140,14 @@ TEST(TFRecordSource, EveryLastBatchComesWhateverItsLengthAndThePrefetch) {
   // The epoch's last batch may hold one record more than batch_size (a single record left joins
   // the step before). With prefetch_batches 1 its last row lay outside a decode window counted in
   // records, and next_batch() waited for it forever: 5 records in batches of 2, or 7 records on
-  // 4 ranks in batches of 1. Every rank of every such epoch must get all its batches.
+  // 4 ranks in batches of 1 (rank 0's last batch holds 3). Every rank of every such epoch must get
+  // all its batches.
   std::map<int, std::unique_ptr<TempDir>> dirs;  // one dataset per record count
   std::map<int, std::vector<std::string>> datasets;
   for (int world = 1; world <= 4; ++world) {
     for (int64_t batch = 1; batch <= 3; ++batch) {
       const int global = static_cast<int>(batch) * world;
-      for (int records : {global + 1, global + 2, 2 * global + 1, 2 * global + 2}) {
+      for (int records : {global + 1, global + 2, global + 3, 2 * global + 1, 2 * global + 2}) {
         if (!dirs.count(records)) {
           dirs[records] = std::make_unique<TempDir>();
           datasets[records] = testing::write_dataset(*dirs[records], {records});
