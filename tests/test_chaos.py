@@ -306,6 +306,11 @@ def kill_tree(proc):
         pass
 
 
+def log_time(line):
+    """The time a log line was written, in epoch seconds (the log's time is local)."""
+    return datetime.datetime.strptime(LOG_TIME.match(line)[0], "[%Y-%m-%d %H:%M:%S.%f]").timestamp()
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -551,15 +556,42 @@ class Run:
         check(all(rc == 0 for rc in rcs), f"{name} ended with status {rcs}, expected 0")
         return job
 
-    def stop_checkpoint(self, job):
-        """The step of the stop's checkpoint the log announces; it must exist."""
-        found = re.findall(r"signal 15 received: checkpointing at step (\d+)", job.log())
+    def stops_since(self, job, since):
+        """Steps of the ranks' "signal 15 received: checkpointing at step S" lines logged at or
+        after `since` (epoch seconds): an earlier stop may be torchrun's own, for a new pod."""
+        found = []
+        for line in job.log().splitlines():
+            stop = re.search(r"signal 15 received: checkpointing at step (\d+)", line)
+            if stop and LOG_TIME.match(line) and log_time(line) >= since - 0.01:
+                found.append(stop[1])
+        return found
+
+    def stop_checkpoint(self, job, signalled, since):
+        """The step of the stop's checkpoint the log announces; it must exist, and come at the
+        next log interval at the latest (`signalled`: the step index traced once the signal was
+        sent at `since`, so the signal came during step signalled + 1 or before)."""
+        found = self.stops_since(job, since)
         check(found, "no rank logged 'signal 15 received: checkpointing at step'")
         check(len(set(found)) == 1, f"ranks stopped at different steps: {found}")
         step = int(found[0])
         path = self.out / "checkpoints" / f"checkpoint-{step:09d}.pt"
         check(path.exists(), f"no checkpoint {path.name} after the SIGTERM stop")
+        latest = signalled + 1 + self.s.log_every
+        check(step <= latest, f"the SIGTERM came by step {signalled + 1}, the stop at step "
+                              f"{step}: later than the next log interval (every "
+                              f"{self.s.log_every})")
         return step
+
+    def finished_after_signal(self, job, signalled, rcs):
+        """A run that finished although SIGTERM came: only if it ended before the next log
+        interval (README: each rank checkpoints at the next log interval)."""
+        ended = [int(n) for n in re.findall(r"final: top-1 .* after (\d+) steps", job.log())]
+        latest = signalled + 1 + self.s.log_every
+        check(ended and ended[-1] <= latest,
+              f"SIGTERM came by step {signalled + 1} but the run went on to its end at step "
+              f"{ended[-1] if ended else '?'} (status {rcs}), past the next log interval (every "
+              f"{self.s.log_every})")
+        self.notes.append(f"finished as the signal came (status {rcs})")
 
     def signal_ranks(self, job, sig):
         ranks = job.ranks()
@@ -590,23 +622,26 @@ class Run:
                 self.notes.append("finished before the fault")
                 return
             self.signal_ranks(job, signal.SIGTERM)
+        since, signalled = time.time(), self.progress()
         rcs = job.wait_end(s.timeout_s + STOP_S, "the job after SIGTERM")
         log = job.log()
         if "final: top-1" in log:  # the run was over as the signal came
             check(s.launcher == "torchrun" or rcs[0] in (0, 143),
                   f"status {rcs} after the run finished and a SIGTERM came")
-            self.notes.append(f"finished as the signal came (status {rcs})")
+            self.finished_after_signal(job, signalled, rcs)
             return
         if s.launcher == "torchrun":
-            # Each rank exits 143; the agent reports its workers' failure as its own.
-            ranks_stopped = re.findall(r"signal 15 received", log)
-            check(len(ranks_stopped) >= s.first.ranks,
-                  f"{len(ranks_stopped)} of {s.first.ranks} ranks logged the signal")
+            # Each rank exits 143; the agent reports its workers' failure as its own. The round
+            # may be smaller than the job (a pod that joined late had not joined yet).
+            world = self.rounds()[-1][1]
+            stopped = self.stops_since(job, since)
+            check(len(stopped) == world, f"{len(stopped)} of the round's {world} ranks logged "
+                                         f"the signal")
             check(all(rc != 0 for rc in rcs), f"a pod ended 0 after SIGTERM: {rcs}")
             self.notes.append(f"pods' status {rcs}")
         else:
             check(rcs == [143], f"exit status {rcs} after SIGTERM, expected 143")
-        self.stop_checkpoint(job)
+        self.stop_checkpoint(job, signalled, since)
         self.finish(s.relaunch, "relaunch")
 
     def fault_sigkill(self):
@@ -678,9 +713,8 @@ class Run:
         (README's fault table), plus a margin for a busy machine's start-up."""
         for line in self.merged_log():
             world = re.search(r"world: (\d+) rank\(s\)", line)
-            when = datetime.datetime.strptime(LOG_TIME.match(line)[0], "[%Y-%m-%d %H:%M:%S.%f]")
-            if RANK0.match(line) and world and int(world[1]) == n and when.timestamp() > killed:
-                seconds = when.timestamp() - killed
+            if RANK0.match(line) and world and int(world[1]) == n and log_time(line) > killed:
+                seconds = log_time(line) - killed
                 self.notes.append(f"smaller group {seconds:.0f} s after the loss")
                 check(seconds <= self.s.timeout_s + REGROUP_MARGIN_S,
                       f"the survivors restarted at world {n} {seconds:.0f} s after the pod was "
@@ -770,7 +804,7 @@ class Run:
         if s.also_sigterm:
             if self.wait_step(job, s.fault_step, "first launch"):
                 self.signal_ranks(job, signal.SIGTERM)
-                stopped = True
+                stopped, since, signalled = True, time.time(), self.progress()
             else:
                 self.notes.append("finished before the fault")
         bound = START_S + 30 * s.epochs + 2 * s.timeout_s
@@ -778,7 +812,9 @@ class Run:
         log = job.log()
         if stopped and not (rcs == [0] and "final: top-1" in log):
             check(rcs == [143], f"status {rcs} after SIGTERM, expected 143")
-            self.stop_checkpoint(job)
+            self.stop_checkpoint(job, signalled, since)
+        elif stopped:
+            self.finished_after_signal(job, signalled, rcs)
         else:
             check(rcs == [0], f"status {rcs} with a full TensorBoard volume, expected 0")
         if s.tmpfs == "16k" and "final: top-1" in log:
