@@ -3,6 +3,7 @@
 // it waits for still has not come: a rank never hangs, and SIGTERM always ends it.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
