@@ -644,11 +644,18 @@ class Run:
         self.stop_checkpoint(job, signalled, since)
         self.finish(s.relaunch, "relaunch")
 
+    def launch_to_fault(self):
+        """The first launch, run to the fault's step; None (noted) when it finished before."""
+        job = self.launch(self.s.first, "first")
+        if not self.wait_step(job, self.s.fault_step, "first launch"):
+            self.notes.append("finished before the fault")
+            return None
+        return job
+
     def fault_sigkill(self):
         s = self.s
-        job = self.launch(s.first, "first")
-        if not self.wait_step(job, s.fault_step, "first launch"):
-            self.notes.append("finished before the fault")
+        job = self.launch_to_fault()
+        if not job:
             return
         self.signal_ranks(job, signal.SIGKILL)
         rcs = job.wait_end(30, "train after SIGKILL")
@@ -657,9 +664,8 @@ class Run:
 
     def fault_sigkill_rank(self):
         s = self.s
-        job = self.launch(s.first, "first")
-        if not self.wait_step(job, s.fault_step, "first launch"):
-            self.notes.append("finished before the fault")
+        job = self.launch_to_fault()
+        if not job:
             return
         ranks = job.ranks()
         victim = random.Random(s.seed + 1).choice(ranks)
@@ -675,9 +681,8 @@ class Run:
 
     def fault_sigterm_launcher(self):
         s = self.s
-        job = self.launch(s.first, "first")
-        if not self.wait_step(job, s.fault_step, "first launch"):
-            self.notes.append("finished before the fault")
+        job = self.launch_to_fault()
+        if not job:
             return
         job.procs[0][1].send_signal(signal.SIGTERM)
         rcs = job.wait_end(s.timeout_s + STOP_S, "mpirun after SIGTERM")
