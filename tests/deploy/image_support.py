@@ -4,6 +4,7 @@ trainer), the rehearsal helpers of scripts/k8s-rehearse.py, a CPU-sized trainer 
 cluster targets, a small TFRecord dataset made by the image's own tools, and waits that end when
 the container they wait on has. Where podman is missing or cannot start containers, the tests
 that need the image skip and say why."""
+import functools
 import importlib.util
 import itertools
 import os
@@ -35,13 +36,29 @@ def podman_env():
     return {**os.environ, "CONTAINERS_CONF": os.environ.get("CONTAINERS_CONF", CONTAINERS_CONF)}
 
 
-def skip_without_podman():
+@functools.cache
+def podman_problem():
+    """Why podman cannot store images here, or None. `podman info` alone passes where the storage
+    driver fails only at the first write (overlay over overlayfs, inside a container), so an empty
+    image is imported and removed."""
     if not shutil.which("podman"):
-        pytest.skip("podman is not installed: scripts/setup.sh installs it (apt-get)")
+        return "podman is not installed: scripts/setup.sh installs it (apt-get)"
     os.environ.setdefault("CONTAINERS_CONF", CONTAINERS_CONF)
     info = subprocess.run(["podman", "info"], capture_output=True, text=True, timeout=120)
     if info.returncode != 0:
-        pytest.skip(f"podman does not work here: {info.stderr.strip()[-300:]}")
+        return f"podman does not work here: {info.stderr.strip()[-300:]}"
+    probe = subprocess.run("tar -cf - -T /dev/null | podman import - localhost/trainer-probe:empty"
+                           " && podman rmi localhost/trainer-probe:empty", shell=True,
+                           capture_output=True, text=True, timeout=120)
+    if probe.returncode != 0:
+        return f"podman cannot store an image here: {probe.stderr.strip()[-300:]}"
+    return None
+
+
+def skip_without_podman():
+    problem = podman_problem()
+    if problem:
+        pytest.skip(problem)
 
 
 def base_image():

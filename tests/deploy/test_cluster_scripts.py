@@ -4,12 +4,15 @@ import os
 import subprocess
 
 import pytest
-from deploy_support import IMAGE, ROOT, kubectl  # noqa: F401 (a fixture)
+from deploy_support import (IMAGE, ROOT, containers, kubectl,  # noqa: F401 (fixtures)
+                            render, rendered)
 
 FAKE_KUBECTL = """#!/usr/bin/env bash
-# Renders with the real kubectl; records every other call, and answers `get` as if found.
+# Renders with the real kubectl; records every other call, answers `get` as if found and `logs`
+# with the file KUBECTL_LOG names, when it names one.
 if [ "$1" = kustomize ]; then exec "$REAL_KUBECTL" "$@"; fi
 echo "kubectl $*" >> "$KUBECTL_CALLS"
+if [ "$1" = logs ] && [ -n "${KUBECTL_LOG:-}" ]; then cat "$KUBECTL_LOG"; fi
 """
 
 
@@ -21,11 +24,14 @@ def cluster(tmp_path, kubectl):
     fake.chmod(0o755)
     calls = tmp_path / "calls"
 
-    def run(script, *args):
+    def run(script, *args, log=None):
         calls.write_text("")
         env = {**os.environ, "KUBECTL": str(fake), "REAL_KUBECTL": kubectl,
                "KUBECTL_CALLS": str(calls)}
         env.pop("IMAGE", None)
+        if log is not None:
+            (tmp_path / "log").write_text(log)
+            env["KUBECTL_LOG"] = str(tmp_path / "log")
         proc = subprocess.run([str(ROOT / "scripts" / script), *args], capture_output=True,
                               text=True, env=env, timeout=120)
         return proc.returncode, proc.stderr, calls.read_text().splitlines()
@@ -69,6 +75,50 @@ def test_logs_follow_worker_0_of_a_pytorchjob(cluster, target):
     assert calls[-1] == "kubectl logs -f --pod-running-timeout=30m pod/resnet50-elastic-worker-0"
 
 
+def test_logs_once_prints_the_log_so_far_without_waiting(cluster):
+    code, err, calls = cluster("k8s-logs.sh", "p3dn.24xlarge", "--once")
+    assert code == 0, err
+    assert calls == ["kubectl logs job/resnet50-launcher"]
+
+
+# NCCL_DEBUG=INFO lines as NCCL and aws-ofi-nccl print them: "Provider" before aws-ofi-nccl 1.14,
+# "provider ..., fabric is" since; NCCL's own socket transport when the plugin is missing.
+OFI_OLD = "resnet50-worker-0:40:95 [0] NCCL INFO NET/OFI Selected Provider is efa (found 1 nics)\n"
+OFI_NEW = ("resnet50-worker-0:40:95 [0] NCCL INFO NET/OFI Selected provider is efa, fabric is "
+           "efa (found 1 nics)\n")
+OFI_TCP = "resnet50-worker-0:40:95 [0] NCCL INFO NET/OFI Selected provider is tcp, fabric is x\n"
+SOCKET = "resnet50-worker-0:40:95 [0] NCCL INFO Using network Socket\n"
+
+
+@pytest.mark.parametrize("target", ["p3dn.24xlarge", "pytorchjob-p3dn.24xlarge"])
+@pytest.mark.parametrize("log,uses_efa,says", [(OFI_OLD, True, "uses EFA"),
+                                               (OFI_NEW, True, "uses EFA"),
+                                               (OFI_TCP, False, "selected 'tcp'"),
+                                               (SOCKET, False, "--efa"),
+                                               ("step 20/150\n", False, "no NCCL network line")])
+def test_check_efa_exits_0_only_when_nccl_selected_efa(cluster, target, log, uses_efa, says):
+    code, out_err, calls = cluster("k8s-check-efa.sh", target, log="NCCL INFO Bootstrap\n" + log)
+    assert (code == 0) == uses_efa, out_err
+    assert calls[-1].startswith("kubectl logs ")
+    if not uses_efa:
+        assert says in out_err
+
+
+@pytest.mark.parametrize("target,role", [("p3dn.24xlarge", "Launcher"),
+                                         ("pytorchjob-p3dn.24xlarge", "Worker")])
+def test_the_efa_targets_log_what_the_check_reads(rendered, target, role):
+    # The check reads NCCL_DEBUG=INFO lines of the pod whose log k8s-logs.sh prints (mpirun's
+    # launcher gets it as `-x NCCL_DEBUG=INFO`): without them no EFA job could pass the check.
+    settings = set()
+    for doc in rendered(target):
+        if doc["kind"] in ("MPIJob", "PyTorchJob"):
+            for r, _, c in containers(doc):
+                if r == role:
+                    settings |= set(c.get("args", []))
+                    settings |= {f"{e['name']}={e.get('value')}" for e in c.get("env", [])}
+    assert "NCCL_DEBUG=INFO" in settings, sorted(settings)
+
+
 def test_logs_refuses_a_target_without_a_job(cluster):
     for target in ("fsx", "tensorboard"):
         code, _, calls = cluster("k8s-logs.sh", target)
@@ -79,3 +129,28 @@ def test_delete_deletes_what_apply_created(cluster):
     code, err, calls = cluster("k8s-delete.sh", "one-node")
     assert code == 0, err
     assert calls == [f"kubectl delete --ignore-not-found -f {ROOT / 'build' / 'k8s' / 'one-node.yaml'}"]
+
+
+@pytest.mark.parametrize("variable,value", [("FSX_SUBNET_ID", "None"),
+                                            ("FSX_SECURITY_GROUP_ID", "None"),
+                                            ("FSX_SUBNET_ID", "sg-0123abcd"),
+                                            ("FSX_S3_IMPORT_PATH", "my-bucket")])
+def test_apply_refuses_an_fsx_value_that_a_failed_lookup_left(cluster, monkeypatch, variable, value):
+    # `aws ec2 describe-subnets ... --output text` prints "None" when no subnet matches; applied,
+    # the claim would stay Pending with an error only the CSI controller's log shows.
+    good = {"FSX_SUBNET_ID": "subnet-0a1b2c3d", "FSX_SECURITY_GROUP_ID": "sg-0a1b2c3d",
+            "FSX_S3_IMPORT_PATH": "s3://my-bucket"}
+    for name, v in {**good, variable: value}.items():
+        monkeypatch.setenv(name, v)
+    code, err, calls = cluster("k8s-apply.sh", "fsx")
+    assert code == 1 and f"{variable}='{value}'" in err and calls == []
+
+
+def test_apply_applies_fsx_with_real_looking_values(cluster, monkeypatch):
+    for name, v in {"FSX_SUBNET_ID": "subnet-0a1b2c3d", "FSX_SECURITY_GROUP_ID": "sg-0a1b2c3d",
+                    "FSX_S3_IMPORT_PATH": "s3://my-bucket"}.items():
+        monkeypatch.setenv(name, v)
+    code, err, calls = cluster("k8s-apply.sh", "fsx")
+    assert code == 0, err
+    assert calls == [f"kubectl apply -f {ROOT / 'build' / 'k8s' / 'fsx.yaml'}"]
+    assert "subnetId: subnet-0a1b2c3d" in (ROOT / "build" / "k8s" / "fsx.yaml").read_text()

@@ -325,6 +325,9 @@ def test_image_build_sets_the_cuda_12_6_and_efa_build_arguments():
                 "CUDAFLAGS=-gencode arch=compute_70,code=sm_70", "EFA_INSTALLER_VERSION="]:
         assert f"--build-arg {arg}" in p3dn.stderr
     assert "+ docker push r/i:t" in p3dn.stderr
+    # The nodes are x86-64 whatever the builder is (an ARM laptop would build arm64 otherwise).
+    for build in (default, p3dn):
+        assert "+ docker build --platform linux/amd64 " in build.stderr
     # A CA bundle goes in as the secret the Dockerfile's RUN steps mount, not as an argument.
     assert f"--secret id=ca-bundle,src={DOCKERFILE}" in p3dn.stderr
     assert "id=ca-bundle" in DOCKERFILE.read_text()

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Says whether NCCL really uses EFA in a running P3dn job, from its log so far
+# (scripts/k8s-logs.sh TARGET --once): exit 0 when aws-ofi-nccl selected the efa provider, 1
+# otherwise, naming what it found instead. Without EFA NCCL falls back to TCP sockets with no
+# error, only slower (aws-ofi-nccl#67). The plugin logs "Selected Provider is efa" before its
+# 1.14 release and "Selected provider is efa, fabric is ..." since, so the match ignores case; the
+# line appears once NCCL has started (the first collective) with NCCL_DEBUG=INFO, which the p3dn
+# targets set.
+# Usage: scripts/k8s-check-efa.sh [TARGET]   (default: p3dn.24xlarge; or pytorchjob-p3dn.24xlarge)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+target=${1:-p3dn.24xlarge}
+
+log=$("$root/scripts/k8s-logs.sh" "$target" --once) || {
+  echo "k8s-check-efa: no log from $target yet (above). HINT: wait for the job to start" >&2
+  exit 1
+}
+selected=$(grep -i -o -m1 'selected provider is [a-z0-9_;+-]*' <<<"$log" || true)
+network=$(grep -o -m1 'Using network [A-Za-z0-9 _-]*' <<<"$log" || true)
+provider=$(awk '{print tolower($4)}' <<<"$selected")
+if [ "$provider" = efa ]; then
+  echo "k8s-check-efa: $target uses EFA ('$selected')."
+  exit 0
+fi
+if [ -n "$selected" ]; then
+  echo "k8s-check-efa: $target does NOT use EFA: aws-ofi-nccl selected '$provider'." \
+    "HINT: FI_PROVIDER=efa, and the EFA device (vpc.amazonaws.com/efa) in the pod's limits" >&2
+elif [[ "$network" == *Socket* ]]; then
+  echo "k8s-check-efa: $target does NOT use EFA: NCCL logged '$network' (TCP), so it found no" \
+    "aws-ofi-nccl plugin. HINT: the image must be the EFA variant (scripts/image-build.sh --efa)" >&2
+elif [ -n "$network" ]; then
+  echo "k8s-check-efa: $target does NOT show EFA: NCCL logged '$network' but aws-ofi-nccl named" \
+    "no provider. HINT: NCCL_DEBUG=INFO in the job's environment shows the plugin's choice" >&2
+else
+  echo "k8s-check-efa: $target's log has no NCCL network line yet. HINT: NCCL logs it at its" \
+    "first collective with NCCL_DEBUG=INFO; run this again once the job has started" >&2
+fi
+exit 1

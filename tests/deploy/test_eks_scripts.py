@@ -1,0 +1,331 @@
+"""scripts/eks-preflight.sh and scripts/eks-teardown.sh against recorded AWS answers: a stand-in
+`aws` that returns the JSON the AWS APIs return (shapes from the services' own documentation),
+applies the script's own --query with the aws CLI's query language (JMESPath) and prints it as
+`--output text` does; stand-in `eksctl`, `kubectl` (rendering with the real one), `helm` and
+`docker`. Every call is recorded in order, so the tests check what the scripts would do to an
+account, and in which order, without one."""
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from deploy_support import ROOT, TARGETS, kubectl  # noqa: F401 (a fixture)
+
+jmespath = pytest.importorskip("jmespath", reason="jmespath is missing: run scripts/setup.sh")
+
+# The stand-in for every tool. ANSWERS is a list of {"tool", "call" (arguments that must all be
+# there, each whole or as the part before "="), "after"/"before" (a substring of an earlier
+# recorded call that must / must not have been made), "json" | "text", "rc", "stderr"}; the
+# first that matches answers. JSON answers go through --query and --output text as the aws CLI
+# does.
+FAKE = r'''#!PYTHON
+import json, os, sys
+sys.path[:0] = json.loads(os.environ["FAKE_PATH"])
+tool, args = os.path.basename(sys.argv[0]), sys.argv[1:]
+line = " ".join([tool, *args])
+if tool == "kubectl" and args[:1] == ["kustomize"]:
+    os.execv(os.environ["REAL_KUBECTL"], [os.environ["REAL_KUBECTL"], *args])
+with open(os.environ["FAKE_CALLS"]) as f:
+    earlier = f.read()
+with open(os.environ["FAKE_CALLS"], "a") as f:
+    f.write(line + "\n")
+
+
+def text(value):
+    """--output text: scalars as they are, a list on one line, a list of lists a line each."""
+    if value is None:
+        return "None"
+    if isinstance(value, list):
+        if value and all(isinstance(v, list) for v in value):
+            return "\n".join("\t".join(text(x) for x in v) for v in value)
+        return "\t".join(text(v) for v in value)
+    return str(value)
+
+
+for answer in json.load(open(os.environ["FAKE_ANSWERS"])):
+    given = set(args) | {a.split("=", 1)[0] for a in args}
+    if answer["tool"] != tool or not set(answer.get("call", [])) <= given:
+        continue
+    if "after" in answer and answer["after"] not in earlier:
+        continue
+    if "before" in answer and answer["before"] in earlier:
+        continue
+    sys.stderr.write(answer.get("stderr", ""))
+    out = answer.get("text", "")
+    if "json" in answer:
+        import jmespath
+        value = answer["json"]
+        if "--query" in args:
+            value = jmespath.search(args[args.index("--query") + 1], value)
+        out = text(value) if "text" in args else json.dumps(value, indent=4)
+    if out:
+        print(out)
+    sys.exit(answer.get("rc", 0))
+sys.stderr.write(f"fake {tool}: no recorded answer for: {line}\n")
+sys.exit(255)
+'''
+
+# --- recorded answers: pre-flight -------------------------------------------------------------
+
+TOOLS_OK = [
+    {"tool": "aws", "call": ["--version"],
+     "text": "aws-cli/2.22.35 Python/3.12.6 Linux/6.1.0-28-amd64 exe/x86_64.debian.12"},
+    {"tool": "eksctl", "call": ["version"], "text": "0.215.0"},
+    {"tool": "kubectl", "call": ["version", "--client"],
+     "text": json.dumps({"clientVersion": {"major": "1", "minor": "33",
+                                           "gitVersion": "v1.33.4"},
+                         "kustomizeVersion": "v5.6.0"}, indent=2)},
+    {"tool": "helm", "call": ["version"], "text": "v3.17.3+ge4da497"},
+    {"tool": "docker", "call": ["buildx", "version"],
+     "text": "github.com/docker/buildx v0.23.0 28c90ea"},
+    {"tool": "aws", "call": ["sts", "get-caller-identity"],
+     "json": {"UserId": "AIDASAMPLEUSERID", "Account": "123456789012",
+              "Arn": "arn:aws:iam::123456789012:user/platform"}},
+]
+
+
+def quota(vcpus):
+    return {"tool": "aws", "call": ["service-quotas", "get-service-quota", "L-417A185B"],
+            "json": {"Quota": {
+                "ServiceCode": "ec2", "ServiceName": "Amazon Elastic Compute Cloud (Amazon EC2)",
+                "QuotaArn": "arn:aws:servicequotas:us-west-2:123456789012:ec2/L-417A185B",
+                "QuotaCode": "L-417A185B", "QuotaName": "Running On-Demand P instances",
+                "Value": float(vcpus), "Unit": "None", "Adjustable": True, "GlobalQuota": False}}}
+
+
+def offerings(zones):
+    """describe-instance-type-offerings by availability zone: {zone: [types]}."""
+    return {"tool": "aws", "call": ["ec2", "describe-instance-type-offerings"],
+            "json": {"InstanceTypeOfferings": [
+                {"InstanceType": t, "LocationType": "availability-zone", "Location": z}
+                for z, types in zones.items() for t in types]}}
+
+
+def eks_versions(standard):
+    return {"tool": "aws", "call": ["eks", "describe-cluster-versions"],
+            "json": {"clusterVersions": [
+                {"clusterVersion": v, "clusterType": "eks", "defaultPlatformVersion": "eks.5",
+                 "defaultVersion": i == 0, "releaseDate": "2025-05-29T00:00:00+00:00",
+                 "endOfStandardSupportDate": "2026-12-29T00:00:00+00:00",
+                 "endOfExtendedSupportDate": "2027-12-29T00:00:00+00:00",
+                 "status": "STANDARD_SUPPORT", "versionStatus": "STANDARD_SUPPORT",
+                 "kubernetesPatchVersion": f"{v}.3"} for i, v in enumerate(standard)]}}
+
+
+BOTH = ["p3.16xlarge", "p3dn.24xlarge"]
+GOOD_ACCOUNT = TOOLS_OK + [quota(1280), offerings({"us-west-2a": ["p3.16xlarge"],
+                                                   "us-west-2b": BOTH, "us-west-2c": BOTH}),
+                           eks_versions(["1.34", "1.35", "1.36"])]
+
+
+@pytest.fixture
+def tools(tmp_path, kubectl):
+    """run(script, answers, **env) -> (returncode, stdout + stderr, the calls in order)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("aws", "eksctl", "kubectl", "helm", "docker"):
+        fake = bin_dir / name
+        fake.write_text(FAKE.replace("PYTHON", sys.executable, 1))
+        fake.chmod(0o755)
+    calls, answers_file = tmp_path / "calls", tmp_path / "answers.json"
+
+    def run(script, answers, **env):
+        calls.write_text("")
+        answers_file.write_text(json.dumps(answers))
+        full_env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
+                    "FAKE_CALLS": str(calls), "FAKE_ANSWERS": str(answers_file),
+                    "FAKE_PATH": json.dumps(sys.path), "REAL_KUBECTL": kubectl,
+                    "AWS_REGION": "us-west-2", **env}
+        for name in ("KUBECTL", "AWS", "EKSCTL", "AZ", "EKS_VERSION"):
+            if name not in env:
+                full_env.pop(name, None)
+        proc = subprocess.run([str(ROOT / "scripts" / script)], capture_output=True, text=True,
+                              env=full_env, timeout=300)
+        return proc.returncode, proc.stdout + proc.stderr, calls.read_text().splitlines()
+
+    return run
+
+
+def test_preflight_passes_a_ready_account(tools):
+    code, out, calls = tools("eks-preflight.sh", GOOD_ACCOUNT, AZ="us-west-2b",
+                             EKS_VERSION="1.36")
+    assert code == 0, out
+    assert "FAIL" not in out and "ready for docs/eks.md" in out
+    # The quota, the offerings and the versions come from the APIs that answer them.
+    assert any("get-service-quota --service-code ec2 --quota-code L-417A185B" in c for c in calls)
+    assert any("--location-type availability-zone" in c for c in calls)
+
+
+@pytest.mark.parametrize("answers,env,says", [
+    # New accounts: no P-instance quota at all.
+    (TOOLS_OK + [quota(0)] + GOOD_ACCOUNT[-2:], {"AZ": "us-west-2b", "EKS_VERSION": "1.36"},
+     "allows 0 vCPUs; the first launch needs 128"),
+    # Zone letters map to other zones per account: this one offers no p3dn.24xlarge.
+    (GOOD_ACCOUNT, {"AZ": "us-west-2a", "EKS_VERSION": "1.36"},
+     "us-west-2a does not offer all of p3.16xlarge p3dn.24xlarge. HINT: export AZ=us-west-2b"),
+    (GOOD_ACCOUNT, {"EKS_VERSION": "1.36"}, "AZ is not set. HINT: export AZ=us-west-2b"),
+    (TOOLS_OK + [quota(1280), offerings({"eu-north-1a": ["p3.16xlarge"]}),
+                 eks_versions(["1.36"])], {"AZ": "eu-north-1a", "EKS_VERSION": "1.36"},
+     "no zone of us-west-2 offers all of p3.16xlarge p3dn.24xlarge"),
+    # A version out of standard support costs more per cluster-hour.
+    (GOOD_ACCOUNT, {"AZ": "us-west-2b", "EKS_VERSION": "1.32"},
+     "EKS 1.32 is not in standard support (extended support costs more per hour). "
+     "HINT: export EKS_VERSION=1.36"),
+    # An aws CLI v1 cannot run the guide's commands.
+    ([{"tool": "aws", "call": ["--version"], "text": "aws-cli/1.33.0 Python/3.11 Linux"}]
+     + GOOD_ACCOUNT[1:], {"AZ": "us-west-2b", "EKS_VERSION": "1.36"}, "aws CLI v2 not found"),
+    ([a for a in GOOD_ACCOUNT if a["tool"] != "kubectl"]
+     + [{"tool": "kubectl", "call": ["version"], "text": '{"clientVersion": '
+         '{"gitVersion": "v1.25.16"}}'}], {"AZ": "us-west-2b", "EKS_VERSION": "1.36"},
+     "kubectl 1.27 or newer not found (got '1.25.16')"),
+])
+def test_preflight_fails_and_says_what_to_change(tools, answers, env, says):
+    code, out, _ = tools("eks-preflight.sh", answers, **env)
+    assert code == 1 and says in out, out
+
+
+def test_preflight_warns_of_the_scale_out_quota_but_passes(tools):
+    answers = TOOLS_OK + [quota(256)] + GOOD_ACCOUNT[-2:]
+    code, out, _ = tools("eks-preflight.sh", answers, AZ="us-west-2c", EKS_VERSION="1.35")
+    assert code == 0, out
+    assert "needs 1280 vCPUs" in out and "request-service-quota-increase" in out
+
+
+def test_preflight_stops_without_credentials(tools):
+    answers = [a for a in GOOD_ACCOUNT if "sts" not in a.get("call", [])] + [
+        {"tool": "aws", "call": ["sts"], "rc": 253,
+         "stderr": "Unable to locate credentials. You can configure credentials by running "
+                   "\"aws configure\".\n"}]
+    code, out, calls = tools("eks-preflight.sh", answers, AZ="us-west-2b", EKS_VERSION="1.36")
+    assert code == 1 and "no AWS credentials" in out
+    assert not any("service-quotas" in c for c in calls)
+
+
+# --- recorded answers: teardown -------------------------------------------------------------
+
+VPC, GROUP, FILE_SYSTEM = "vpc-0a1b2c3d4e5f60718", "sg-0fedcba9876543210", "fs-0123456789abcdef0"
+FSX_DELETED = "delete --ignore-not-found -f"  # + .../fsx.yaml: matched with "fsx.yaml"
+
+
+def teardown_answers(file_system_stays=False, nat_gateway_left=False):
+    answers = [
+        {"tool": "aws", "call": ["sts", "get-caller-identity"],
+         "json": {"Account": "123456789012", "UserId": "A", "Arn": "arn:aws:iam::1:user/u"}},
+        {"tool": "aws", "call": ["eks", "describe-cluster"], "before": "eksctl delete cluster",
+         "json": {"cluster": {"name": "resnet", "status": "ACTIVE",
+                              "resourcesVpcConfig": {"vpcId": VPC, "subnetIds": []}}}},
+        {"tool": "aws", "call": ["eks", "describe-cluster"], "rc": 254,
+         "stderr": "An error occurred (ResourceNotFoundException) when calling the "
+                   "DescribeCluster operation: No cluster found for name: resnet.\n"},
+        {"tool": "kubectl", "call": ["get", "crd"], "json": {}},
+        {"tool": "kubectl", "call": ["delete"], "json": {}},
+        # A TensorBoard pod mounts the claim until the Deployment is deleted.
+        {"tool": "kubectl", "call": ["get", "pods", "custom-columns"], "before": "tensorboard.yaml",
+         "text": "tensorboard-7d9f8b6c4-x2x9q   fsx-claim\nsome-other-pod   <none>"},
+        {"tool": "kubectl", "call": ["get", "pods", "custom-columns"],
+         "text": "some-other-pod   <none>"},
+        {"tool": "kubectl", "call": ["get", "pvc", "fsx-claim", "jsonpath={.spec.volumeName}"],
+         "text": "pvc-5e6f7a8b"},
+        {"tool": "kubectl", "call": ["get", "pvc", "fsx-claim"], "text": "fsx-claim Bound"},
+        {"tool": "kubectl", "call": ["get", "pv", "pvc-5e6f7a8b"], "text": FILE_SYSTEM},
+        {"tool": "kubectl", "call": ["wait", "--for=delete"], "text": "deleted"},
+        {"tool": "aws", "call": ["fsx", "describe-file-systems", FILE_SYSTEM],
+         "before": "fsx.yaml" if not file_system_stays else "never",
+         "json": {"FileSystems": [{"FileSystemId": FILE_SYSTEM, "Lifecycle": "AVAILABLE",
+                                   "VpcId": VPC}]}},
+        {"tool": "aws", "call": ["fsx", "describe-file-systems", FILE_SYSTEM], "rc": 254,
+         "stderr": "An error occurred (FileSystemNotFound) when calling the "
+                   "DescribeFileSystems operation: File system 'fs-...' does not exist.\n"},
+        {"tool": "aws", "call": ["ec2", "describe-security-groups", "Name=group-name,Values=resnet-fsx"],
+         "json": {"SecurityGroups": [{"GroupId": GROUP, "GroupName": "resnet-fsx",
+                                      "VpcId": VPC}]}},
+        {"tool": "aws", "call": ["ec2", "describe-network-interfaces"],
+         "json": {"NetworkInterfaces": []}},
+        {"tool": "aws", "call": ["ec2", "delete-security-group", GROUP], "text": ""},
+        {"tool": "eksctl", "call": ["delete", "cluster"], "text": "all cluster resources deleted"},
+        {"tool": "aws", "call": ["ecr", "delete-repository"], "json": {"repository": {}}},
+        {"tool": "aws", "call": ["fsx", "describe-file-systems"], "json": {"FileSystems": (
+            [{"FileSystemId": FILE_SYSTEM, "VpcId": VPC, "Lifecycle": "AVAILABLE"}]
+            if file_system_stays else [])}},
+        {"tool": "aws", "call": ["ec2", "describe-instances"], "json": {"Reservations": []}},
+        {"tool": "aws", "call": ["ec2", "describe-nat-gateways"], "json": {"NatGateways": (
+            [{"NatGatewayId": "nat-0abc", "State": "available", "VpcId": VPC}]
+            if nat_gateway_left else [])}},
+        {"tool": "aws", "call": ["ec2", "describe-security-groups"],
+         "json": {"SecurityGroups": [{"GroupId": "sg-default", "GroupName": "default"}]}},
+        {"tool": "aws", "call": ["cloudformation", "list-stacks"], "json": {"StackSummaries": [
+            {"StackName": "eksctl-other-cluster", "StackStatus": "CREATE_COMPLETE"}]}},
+        {"tool": "aws", "call": ["eks", "list-nodegroups"], "rc": 254,
+         "stderr": "An error occurred (ResourceNotFoundException)\n"},
+        {"tool": "aws", "call": ["ecr", "describe-repositories"], "rc": 254,
+         "stderr": "An error occurred (RepositoryNotFoundException)\n"},
+    ]
+    return answers
+
+
+def guide_targets():
+    """The targets docs/eks.md applies (scripts/k8s-apply.sh TARGET ...)."""
+    guide = (ROOT / "docs" / "eks.md").read_text()
+    return set(re.findall(r"scripts/k8s-apply\.sh ([\w.-]+)", guide))
+
+
+def teardown(tools, answers, **env):
+    return tools("eks-teardown.sh", answers, CLUSTER="resnet", BUCKET="my-imagenet-bucket",
+                 TEARDOWN_WAIT_S="5", POLL_S="0", **env)
+
+
+def test_teardown_deletes_everything_the_guide_made_in_an_order_that_works(tools):
+    code, out, calls = teardown(tools, teardown_answers())
+    assert code == 0, out
+    assert "nothing billed is left of resnet" in out
+    assert "kept: s3://my-imagenet-bucket" in out
+
+    def first(pattern):
+        found = [i for i, c in enumerate(calls) if re.search(pattern, c)]
+        assert found, f"no call matches {pattern!r}:\n" + "\n".join(calls)
+        return found[0]
+
+    # Every object the guide applies is deleted, and the file system's claim after all of them:
+    # a pod that still mounts it holds its finalizer.
+    assert guide_targets() >= {"fsx", "stage-data", "smoke", "tensorboard", "p3.16xlarge",
+                               "pytorchjob-p3.16xlarge"}, guide_targets()
+    fsx = first(r"delete --ignore-not-found -f \S*/fsx\.yaml$")
+    for target in guide_targets() | set(TARGETS):
+        if target != "fsx":
+            assert first(rf"delete --ignore-not-found -f \S*/{re.escape(target)}\.yaml$") < fsx
+    # The claim waits for the pods that mount it; the security group for the file system; the
+    # cluster (and its VPC) for the security group; the listing comes last.
+    assert first(r"get pods .*custom-columns") < fsx
+    assert fsx < first(f"fsx describe-file-systems --file-system-ids {FILE_SYSTEM}")
+    assert first(f"describe-file-systems --file-system-ids {FILE_SYSTEM}") < first(
+        f"delete-security-group --group-id {GROUP}") < first("eksctl delete cluster")
+    assert "--wait" in calls[first("eksctl delete cluster")]
+    assert first("eksctl delete cluster") < first("ecr delete-repository") < first(
+        "describe-nat-gateways")
+
+
+def test_teardown_stops_at_a_deadline_when_the_file_system_stays(tools):
+    code, out, calls = teardown(tools, teardown_answers(file_system_stays=True))
+    assert code == 1
+    assert f"still waiting for FSx file system {FILE_SYSTEM} to be deleted after 5 s" in out
+    # Nothing after it runs: deleting the cluster now would leave the file system's VPC behind.
+    assert not any("eksctl delete cluster" in c or "delete-security-group" in c for c in calls)
+
+
+def test_teardown_lists_what_is_left_and_billed(tools):
+    code, out, _ = teardown(tools, teardown_answers(nat_gateway_left=True))
+    assert code == 1
+    assert f"LEFT, billed: NAT gateways in {VPC}: nat-0abc" in out
+    # The other cluster's stack and the default security group are not this cluster's leftovers.
+    assert "eksctl-other-cluster" not in out and "sg-default" not in out
+
+
+def test_teardown_of_a_deleted_cluster_checks_what_is_left_and_stops(tools):
+    answers = [a for a in teardown_answers() if a.get("before") != "eksctl delete cluster"]
+    code, out, calls = teardown(tools, answers, FSX_SECURITY_GROUP_ID=GROUP)
+    assert code == 0, out
+    assert "no cluster resnet in us-west-2" in out
+    assert not any(c.startswith("kubectl delete") or "eksctl delete" in c for c in calls)
