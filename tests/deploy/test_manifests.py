@@ -11,10 +11,14 @@ yaml = pytest.importorskip("yaml", reason="pyyaml is missing: run scripts/setup.
 from deploy_support import (CRD, MPIJOB_TARGETS, ROOT, TARGETS,  # noqa: E402,F401
                             crd_validator, kubectl, render, rendered)
 
-# The Kubernetes version the built-in kinds are checked against (EKS's current releases).
-K8S_VERSION = "1.32"
+# The Kubernetes version the built-in kinds are checked against: one in EKS standard support
+# (docs/eks.md, step 0).
+K8S_VERSION = "1.35"
 MANIFESTS = sorted((ROOT / "k8s").rglob("*.yaml"))
-KUSTOMIZATIONS = sorted(p.parent for p in (ROOT / "k8s").rglob("kustomization.yaml"))
+# Those that build on an upstream ref (k8s/training-operator) render in their own test, against a
+# copy of upstream: the tests cannot reach GitHub.
+KUSTOMIZATIONS = sorted(p.parent for p in (ROOT / "k8s").rglob("kustomization.yaml")
+                        if "https://github.com/" not in p.read_text())
 
 
 def test_k8s_has_manifests():
