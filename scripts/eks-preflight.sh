@@ -12,7 +12,7 @@
 #   P3_NODES, P3DN_NODES   GPU nodes of the first launch (default 2 and 0: docs/eks.md's cluster)
 #   SCALE_OUT_NODES        p3.16xlarge nodes after the scale-out step (default 20)
 #   INSTANCE_TYPES         the types AZ must offer (default: p3.16xlarge p3dn.24xlarge)
-# AWS, EKSCTL, KUBECTL, HELM and DOCKER name the tools (default: aws, eksctl, kubectl, helm, docker).
+# AWS, EKSCTL, KUBECTL, HELM and DOCKER name the tools (default: their names, on PATH).
 set -uo pipefail
 : "${AWS_REGION:?set AWS_REGION}"
 aws=${AWS:-aws}
@@ -77,7 +77,8 @@ elif [ "$quota" -lt "$scale_out" ]; then
   echo "note: the scale-out step ($scale_out_nodes p3.16xlarge) needs $scale_out vCPUs." \
     "HINT: $increase $scale_out (approval can take days)"
 else
-  ok "'Running On-Demand P instances' allows $quota vCPUs (first launch $first, scale-out $scale_out)"
+  ok "'Running On-Demand P instances' allows $quota vCPUs" \
+    "(first launch $first, scale-out $scale_out)"
 fi
 
 # --- zone ---
@@ -86,8 +87,8 @@ offered=$("$aws" ec2 describe-instance-type-offerings --region "$AWS_REGION" \
   --filters "Name=instance-type,Values=$(IFS=,; echo "${instance_types[*]}")" \
   --query 'InstanceTypeOfferings[].[Location,InstanceType]' --output text) || offered=""
 # The zones that offer every type asked for.
-zones=$(awk -v n=${#instance_types[@]} '{count[$1]++} END {for (z in count) if (count[z] == n) print z}' \
-  <<<"$offered" | sort | xargs)
+zones=$(awk -v n=${#instance_types[@]} \
+  '{count[$1]++} END {for (z in count) if (count[z] == n) print z}' <<<"$offered" | sort | xargs)
 if [ -z "$zones" ]; then
   fail "no zone of $AWS_REGION offers all of ${instance_types[*]}. HINT: another region" \
     "(us-east-1 and us-west-2 offer P3dn), or INSTANCE_TYPES=p3.16xlarge for P3 alone"

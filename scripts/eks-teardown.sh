@@ -13,9 +13,10 @@
 #   5. lists what is left and billed in the cluster's VPC and region (FSx file systems, instances,
 #      NAT gateways, security groups, eksctl's stacks, node groups); exit 1 when anything is.
 # The S3 bucket with the dataset is kept (listed with the command that deletes it).
-# Usage: CLUSTER=... AWS_REGION=... [FSX_SECURITY_GROUP_ID=sg-...] [BUCKET=...] scripts/eks-teardown.sh
+# Usage: CLUSTER=... AWS_REGION=... [FSX_SECURITY_GROUP_ID=sg-...] [BUCKET=...] \
+#          scripts/eks-teardown.sh
 #   KEEP_ECR=1   keep the ECR repository resnet-trainer (and its images)
-# Prints the commands it runs. KUBECTL, AWS and EKSCTL name the tools (default: kubectl, aws, eksctl).
+# Prints the commands it runs. KUBECTL, AWS and EKSCTL name the tools (default: their names).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 : "${CLUSTER:?set CLUSTER, the name of the cluster, as in docs/eks.md}"
@@ -62,8 +63,8 @@ if [ -n "$vpc" ]; then
     "$root/scripts/k8s-delete.sh" "$target"
   done
   pods_on_claim() {
-    "$kubectl" get pods --no-headers \
-      -o custom-columns='NAME:.metadata.name,CLAIMS:.spec.volumes[*].persistentVolumeClaim.claimName' |
+    local columns='NAME:.metadata.name,CLAIMS:.spec.volumes[*].persistentVolumeClaim.claimName'
+    "$kubectl" get pods --no-headers -o "custom-columns=$columns" |
       awk '$2 ~ /(^|,)fsx-claim(,|$)/ {print $1}'
   }
   no_pod_on_claim() { [ -z "$(pods_on_claim)" ]; }
@@ -150,7 +151,8 @@ if [ -z "${KEEP_ECR:-}" ]; then
     --query 'repositories[].repositoryName' --output text 2>/dev/null || true)"
 fi
 if [ -n "${BUCKET:-}" ]; then
-  echo "kept: s3://$BUCKET (the dataset; billed for storage). To delete it: aws s3 rb s3://$BUCKET --force"
+  echo "kept: s3://$BUCKET (the dataset; billed for storage)." \
+    "To delete it: aws s3 rb s3://$BUCKET --force"
 fi
 if [ "$left" -ne 0 ]; then
   echo "eks-teardown: resources above are left and billed. HINT: delete them in the console or" \

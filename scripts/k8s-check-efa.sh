@@ -2,8 +2,8 @@
 # Says whether NCCL really uses EFA in a running P3dn job, from its log so far
 # (scripts/k8s-logs.sh TARGET --once): exit 0 when aws-ofi-nccl selected the efa provider, 1
 # otherwise, naming what it found instead. Without EFA NCCL falls back to TCP sockets with no
-# error, only slower (aws-ofi-nccl#67). The plugin logs "Selected Provider is efa" before its
-# 1.14 release and "Selected provider is efa, fabric is ..." since, so the match ignores case; the
+# error, only slower (aws-ofi-nccl#67). Older releases of the plugin log "Selected Provider is
+# efa", newer ones "Selected provider is efa, fabric is ...", so the match ignores case; the
 # line appears once NCCL has started (the first collective) with NCCL_DEBUG=INFO, which the p3dn
 # targets set.
 # Usage: scripts/k8s-check-efa.sh [TARGET]   (default: p3dn.24xlarge; or pytorchjob-p3dn.24xlarge)

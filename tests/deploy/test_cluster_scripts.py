@@ -81,8 +81,8 @@ def test_logs_once_prints_the_log_so_far_without_waiting(cluster):
     assert calls == ["kubectl logs job/resnet50-launcher"]
 
 
-# NCCL_DEBUG=INFO lines as NCCL and aws-ofi-nccl print them: "Provider" before aws-ofi-nccl 1.14,
-# "provider ..., fabric is" since; NCCL's own socket transport when the plugin is missing.
+# NCCL_DEBUG=INFO lines as NCCL and aws-ofi-nccl print them: "Provider" in older aws-ofi-nccl
+# releases, "provider ..., fabric is" in newer ones; NCCL's sockets when the plugin is missing.
 OFI_OLD = "resnet50-worker-0:40:95 [0] NCCL INFO NET/OFI Selected Provider is efa (found 1 nics)\n"
 OFI_NEW = ("resnet50-worker-0:40:95 [0] NCCL INFO NET/OFI Selected provider is efa, fabric is "
            "efa (found 1 nics)\n")
@@ -135,7 +135,8 @@ def test_delete_deletes_what_apply_created(cluster):
                                             ("FSX_SECURITY_GROUP_ID", "None"),
                                             ("FSX_SUBNET_ID", "sg-0123abcd"),
                                             ("FSX_S3_IMPORT_PATH", "my-bucket")])
-def test_apply_refuses_an_fsx_value_that_a_failed_lookup_left(cluster, monkeypatch, variable, value):
+def test_apply_refuses_an_fsx_value_that_a_failed_lookup_left(cluster, monkeypatch, variable,
+                                                              value):
     # `aws ec2 describe-subnets ... --output text` prints "None" when no subnet matches; applied,
     # the claim would stay Pending with an error only the CSI controller's log shows.
     good = {"FSX_SUBNET_ID": "subnet-0a1b2c3d", "FSX_SECURITY_GROUP_ID": "sg-0a1b2c3d",

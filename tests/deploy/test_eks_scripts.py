@@ -240,7 +240,8 @@ def teardown_answers(file_system_stays=False, nat_gateway_left=False):
         {"tool": "aws", "call": ["fsx", "describe-file-systems", FILE_SYSTEM], "rc": 254,
          "stderr": "An error occurred (FileSystemNotFound) when calling the "
                    "DescribeFileSystems operation: File system 'fs-...' does not exist.\n"},
-        {"tool": "aws", "call": ["ec2", "describe-security-groups", "Name=group-name,Values=resnet-fsx"],
+        {"tool": "aws",
+         "call": ["ec2", "describe-security-groups", "Name=group-name,Values=resnet-fsx"],
          "json": {"SecurityGroups": [{"GroupId": GROUP, "GroupName": "resnet-fsx",
                                       "VpcId": VPC}]}},
         {"tool": "aws", "call": ["ec2", "describe-network-interfaces"],
