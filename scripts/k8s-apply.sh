@@ -13,10 +13,10 @@ mkdir -p "$(dirname "$manifest")"
 
 if [ "$target" = fsx ]; then
   bad=""
-  check_fsx() { # NAME PATTERN: a set value must match (an unset one is a placeholder, below)
+  check_fsx() { # NAME PATTERN EXPECTED: a set value must match (unset: a placeholder, below)
     local value=${!1:-}
     if [ -n "$value" ] && [[ ! "$value" =~ $2 ]]; then
-      echo "k8s-apply: $1='$value' is not a valid value (expected ${3})." >&2
+      echo "k8s-apply: $1='$value' is not a valid value (expected $3)." >&2
       bad=1
     fi
   }
