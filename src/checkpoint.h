@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -42,8 +43,13 @@ struct Checkpoint {
 
 // Parameters and buffers of `module` by dotted name, as CPU copies (state_dict()).
 TensorMap state_dict(const torch::nn::Module& module);
-// Copies `state` into `module`; every name must be present with the same shape (strict=True).
-void load_state_dict(torch::nn::Module& module, const TensorMap& state);
+// Copies `state` into `module`: each of its parameters and buffers must be there with its shape,
+// and nothing else (strict=True); an error names the first that is not, and `source` (the file).
+// The entries named in `keep_if_shape_differs` keep the module's values when their shapes differ;
+// returns those kept.
+std::vector<std::string> load_state_dict(torch::nn::Module& module, const TensorMap& state,
+                                         const std::string& source = "state_dict",
+                                         const std::set<std::string>& keep_if_shape_differs = {});
 
 void save_checkpoint(const Checkpoint& checkpoint, const std::filesystem::path& path);
 Checkpoint load_checkpoint(const std::filesystem::path& path);

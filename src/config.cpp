@@ -23,6 +23,7 @@ const std::vector<std::string> kOptimizers = {"sgd", "lars"};
 const std::vector<std::string> kSchedules = {"cosine", "step", "poly"};
 const std::vector<std::string> kGradAverage = {"pre", "post"};
 const std::vector<std::string> kCompression = {"none", "fp16", "bf16"};
+const std::vector<std::string> kTrainable = {"all", "classifier"};
 
 // Binds every key of `c` to an option whose default is its current value, grouped for --help.
 void add_options(CLI::App& app, Config& c) {
@@ -38,6 +39,9 @@ void add_options(CLI::App& app, Config& c) {
   add("Model", "arch", c.arch, "resnet18 | resnet34 | resnet50 | resnet101 | resnet152");
   add("Model", "num_classes", c.num_classes, "classifier width");
   add("Model", "zero_init_residual", c.zero_init_residual, "zero each block's last BN gamma");
+  add("Model", "init_weights", c.init_weights,
+      "start from these weights: state dict or checkpoint file; \"\": none");
+  add("Model", "trainable", c.trainable, "all | classifier (linear probe)");
   add("Device", "device", c.device, "auto | cuda | cpu");
   add("Device", "precision", c.precision, "fp32 | fp16 (loss scaling) | bf16");
   add("Device", "channels_last", c.channels_last, "NHWC activations on the GPU");
@@ -90,6 +94,8 @@ void add_options(CLI::App& app, Config& c) {
   add("Checkpoints", "checkpoint_every_steps", c.checkpoint_every_steps, "0: every epoch end");
   add("Checkpoints", "keep_checkpoints", c.keep_checkpoints, "newest K kept");
   add("Checkpoints", "resume", c.resume, "auto | none | checkpoint path");
+  add("Checkpoints", "evaluate_only", c.evaluate_only,
+      "evaluate init_weights (else resume's checkpoint) and exit");
   add("Checkpoints", "log_every_steps", c.log_every_steps, "log and metrics interval");
   add("Benchmark", "benchmark", c.benchmark, "synthetic-data throughput run");
   add("Benchmark", "benchmark_warmup_steps", c.benchmark_warmup_steps, "untimed steps");
@@ -130,6 +136,7 @@ void validate_config(const Config& c) {
   check_member("lr_schedule", c.lr_schedule, kSchedules);
   check_member("grad_average", c.grad_average, kGradAverage);
   check_member("grad_compression", c.grad_compression, kCompression);
+  check_member("trainable", c.trainable, kTrainable);
   check(c.bucket_mb > 0 && c.bucket_mb <= 1024, "bucket_mb", c.bucket_mb, "must be in [1, 1024]");
   check(c.collective_timeout_s > 0, "collective_timeout_s", c.collective_timeout_s,
         "must be > 0 seconds");
@@ -153,9 +160,14 @@ void validate_config(const Config& c) {
   }
   // Data: TFRecord input pipeline.
   check_member("bad_record_policy", c.bad_record_policy, kBadRecordPolicies);
-  if (c.data_source == "tfrecord") {
+  if (c.data_source == "tfrecord" && c.evaluate_only) {
+    check(!c.val_data.empty(), "val_data", "''",
+          "evaluate_only needs the validation files, e.g. /fsx/imagenet/validation-*");
+  } else if (c.data_source == "tfrecord") {
     check(!c.train_data.empty(), "train_data", "''",
           "data_source = tfrecord needs the training files, e.g. /fsx/imagenet/train-*");
+  }
+  if (c.data_source == "tfrecord") {
     check(c.label_offset >= 0, "label_offset", c.label_offset, "must be >= 0");
     check(c.max_bad_fraction >= 0 && c.max_bad_fraction <= 1, "max_bad_fraction",
           c.max_bad_fraction, "must be in [0, 1]");
@@ -204,6 +216,10 @@ void validate_config(const Config& c) {
   check(c.benchmark_steps > 0, "benchmark_steps", c.benchmark_steps, "must be > 0");
   check(!(c.benchmark && c.data_source != "synthetic"), "benchmark", c.benchmark,
         "needs data_source = synthetic");
+  check(!(c.evaluate_only && c.data_source == "synthetic"), "evaluate_only", c.evaluate_only,
+        "needs held-out data: data_source = tfrecord with val_data (or generated)");
+  check(!(c.evaluate_only && c.benchmark), "evaluate_only", c.evaluate_only,
+        "and benchmark = true exclude each other");
 }
 
 // Edits (insert, delete, substitute) between two keys, to suggest the key a typo meant.

@@ -19,6 +19,11 @@ struct Config {
   std::string arch = "resnet50";   // resnet18|34|50|101|152
   int64_t num_classes = 1000;      // width of the classifier
   bool zero_init_residual = true;  // zero each block's last BN gamma at initialisation
+  // A new run starts from these weights: a PyTorch state dict (torchvision's published weights)
+  // or a checkpoint of ours; the classifier is re-initialised when num_classes differs. The
+  // run's own checkpoint, once there is one, wins (Note [Where a run starts]).
+  std::string init_weights;
+  std::string trainable = "all";  // all | classifier (linear probe: the rest frozen, BN included)
 
   // Device and precision.
   std::string device = "auto";     // auto (the local rank's GPU if any, else CPU) | cuda | cpu
@@ -85,6 +90,8 @@ struct Config {
   int64_t checkpoint_every_steps = 0;  // 0: at the end of each epoch only
   int64_t keep_checkpoints = 3;        // newest K kept
   std::string resume = "auto";         // auto (newest in output_dir) | none | a checkpoint path
+  // Evaluate init_weights, else the checkpoint `resume` names, on the validation data; then exit.
+  bool evaluate_only = false;
   int64_t log_every_steps = 50;
 
   // Benchmark mode: synthetic data, images/s and step-time percentiles after warm-up.

@@ -16,6 +16,7 @@
 #include "src/lr_schedule.h"
 #include "src/process_stats.h"
 #include "src/stop_signal.h"
+#include "src/weights.h"
 
 namespace trainer {
 namespace fs = std::filesystem;
@@ -114,20 +115,40 @@ void save(Trainer& trainer, const Config& config, const Progress& at, int64_t sa
   spdlog::info("checkpoint {}", path.string());
 }
 
-// Restores the newest state (resume) and says where the run continues, and what changed since
-// the checkpoint's run: world size, global batch, peak LR (Note [Elastic epoch order]).
+// A fresh start from init_weights, when set: its weights, with the optimizer and schedule new.
+void load_init_weights(Trainer& trainer, const Config& config) {
+  if (config.init_weights.empty()) return;
+  const WeightsFile file = read_weights_file(config.init_weights, "init_weights");
+  const bool new_classifier = trainer.load_weights(
+      file.tensors, "init_weights = '" + config.init_weights + "'", /*keep_new_classifier=*/true);
+  spdlog::info("starting from {} in {}{}", file.description, config.init_weights,
+               new_classifier ? "; the classifier is re-initialised for num_classes = " +
+                                    std::to_string(config.num_classes) + " (the file's has " +
+                                    std::to_string(file.tensors.at("fc.weight").size(0)) + ")"
+                              : "");
+}
+
+// Restores the newest state (resume), or the initial weights of a fresh start, and says where
+// the run continues, and what changed since the checkpoint's run: world size, global batch, peak
+// LR (Note [Elastic epoch order]).
 Progress resume(Trainer& trainer, const Config& config, int64_t samples_per_epoch,
                 const LrSchedule& schedule) {
   const std::optional<fs::path> path = resume_path(config, trainer.group());
-  if (!path) return {};
+  if (config.trainable == "classifier")
+    spdlog::info("linear probe: only the classifier trains; the other layers stay as loaded");
+  if (!path) {
+    load_init_weights(trainer, config);
+    return {};
+  }
   const Checkpoint checkpoint = load_checkpoint(*path);
   trainer.restore(checkpoint);
   Progress at = checkpoint.progress;
-  spdlog::info("resumed from {}: epoch {}, image {} of {}, step {}{}", path->string(), at.epoch + 1,
-               at.samples_in_epoch, samples_per_epoch, at.step,
+  spdlog::info("resumed from {}: epoch {}, image {} of {}, step {}{}{}", path->string(),
+               at.epoch + 1, at.samples_in_epoch, samples_per_epoch, at.step,
                config.restart_count > 0
                    ? " (restart " + std::to_string(config.restart_count) + " by the elastic agent)"
-                   : "");
+                   : "",
+               config.init_weights.empty() ? "" : " (init_weights only starts a new run)");
   if (checkpoint.world_size != config.world_size ||
       checkpoint.global_batch != config.global_batch())
     spdlog::info(
@@ -366,7 +387,47 @@ class TrainingLoop {
   FitResult result_;
 };
 
+// The checkpoint an evaluate-only run without init_weights evaluates: `resume = FILE`, or the
+// newest in output_dir as rank 0 sees it (collective).
+fs::path checkpoint_to_evaluate(const Config& config, ProcessGroup* group) {
+  if (config.resume != "auto" && config.resume != "none") return config.resume;
+  at::Tensor step = at::full({1}, -1, at::kLong);
+  if ((!group || group->rank() == 0) && config.resume == "auto")
+    if (const auto newest = newest_checkpoint(checkpoint_dir(config)))
+      step[0] = checkpoint_step(*newest);
+  if (group) group->broadcast_(step, /*root=*/0);
+  USER_CHECK(step[0].item<int64_t>() >= 0, "evaluate_only has no weights: init_weights is unset ",
+             "and ",
+             config.resume == "none" ? "resume = none"
+                                     : "no checkpoint is in " + checkpoint_dir(config).string(),
+             ". Fix: init_weights = FILE (a state dict or a checkpoint), or resume = a checkpoint");
+  return checkpoint_path(checkpoint_dir(config), step[0].item<int64_t>());
+}
+
 }  // namespace
+
+EvalResult evaluate_only(Trainer& trainer, const Config& config, BatchSource& val,
+                         MetricsLog& metrics) {
+  const bool from_init = !config.init_weights.empty();
+  const fs::path path =
+      from_init ? fs::path(config.init_weights) : checkpoint_to_evaluate(config, trainer.group());
+  const std::string key = from_init ? "init_weights" : "resume";
+  const WeightsFile file = read_weights_file(path, key);
+  trainer.load_weights(file.tensors, key + " = '" + path.string() + "'",
+                       /*keep_new_classifier=*/false);
+  spdlog::info("evaluating {} in {}", file.description, path.string());
+  if (trainer.is_rank0()) write_eval_preview(trainer, val, file.step, metrics);
+  const EvalResult r = trainer.evaluate(val);
+  spdlog::info("evaluated {}: top-1 {:.2f}% | top-5 {:.2f}% | {} images", path.string(), r.top1(),
+               r.top5(), r.images);
+  metrics.write("eval", {{"step", file.step},
+                         {"top1", r.top1()},
+                         {"top5", r.top5()},
+                         {"images", r.images},
+                         {"weights", path.string()}});
+  metrics.flush();
+  return r;
+}
 
 FitResult fit(Trainer& trainer, const Config& config, BatchSource& train, BatchSource* val,
               MetricsLog& metrics, SampleTrace* trace) {

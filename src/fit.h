@@ -22,4 +22,9 @@ struct FitResult {
 FitResult fit(Trainer& trainer, const Config& config, BatchSource& train, BatchSource* val,
               MetricsLog& metrics, SampleTrace* trace = nullptr);
 
+// Evaluates `val` once with the weights of init_weights, else of the checkpoint `resume` names
+// (FILE, or with auto the newest in output_dir), and records the result. Every rank loads them.
+EvalResult evaluate_only(Trainer& trainer, const Config& config, BatchSource& val,
+                         MetricsLog& metrics);
+
 }  // namespace trainer

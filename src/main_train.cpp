@@ -35,11 +35,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-void write_resolved_config(const Config& config) {
+void create_output_dir(const Config& config) {
   std::error_code error;
   fs::create_directories(config.output_dir, error);
   USER_CHECK(!error, "cannot create output_dir '", config.output_dir, "': ", error.message(),
              ". Fix: point output_dir at a writable volume");
+}
+
+void write_resolved_config(const Config& config) {
   const fs::path path = fs::path(config.output_dir) / "config.toml";
   std::ofstream out(path);
   USER_CHECK(out, "cannot write ", path, ". Fix: make output_dir writable");
@@ -101,7 +104,9 @@ int run(int argc, char** argv, std::unique_ptr<ProcessGroup>& group) {
     watchdog.emplace(*group, std::chrono::seconds(config.collective_timeout_s), device);
   log_world(*group, device, group->init_nccl(device));
   spdlog::info("resolved configuration:\n{}", config_to_toml(config));
-  if (group->rank() == 0) write_resolved_config(config);
+  if (group->rank() == 0) create_output_dir(config);
+  // An evaluation leaves the config.toml of the run that trained in output_dir as it is.
+  if (group->rank() == 0 && !config.evaluate_only) write_resolved_config(config);
   const bool reports = group->rank() == 0;  // rank 0 writes the run's metrics and events
   MetricsLog metrics(
       reports ? fs::path(config.output_dir) / "metrics.jsonl" : fs::path(),
@@ -114,6 +119,10 @@ int run(int argc, char** argv, std::unique_ptr<ProcessGroup>& group) {
       "indexes beside the data once with index-tfrecords)");
   Sources sources = make_sources(config, device, group->rank());
   Trainer trainer(config, device, group.get());
+  if (config.evaluate_only) {
+    evaluate_only(trainer, config, *sources.val, metrics);
+    return 0;
+  }
   if (config.benchmark) {
     report_benchmark(run_benchmark(trainer, *sources.train, config), config, metrics);
     return 0;

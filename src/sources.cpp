@@ -52,7 +52,7 @@ void build_tfrecord_indexes(const Config& config, int local_rank, int local_size
   if (config.data_source != "tfrecord") return;
   for (const auto& [key, pattern] :
        {std::pair{"train_data", config.train_data}, std::pair{"val_data", config.val_data}}) {
-    if (pattern.empty()) continue;
+    if (pattern.empty() || (config.evaluate_only && key == std::string("train_data"))) continue;
     build_missing_indexes(list_tfrecord_files(pattern, key), config.index_cache_dir, local_rank,
                           local_size, static_cast<int>(config.reader_threads));
   }
@@ -69,8 +69,9 @@ Sources make_sources(const Config& config, c10::Device device, int rank) {
     return sources;
   }
   if (config.data_source == "tfrecord") {
-    sources.train = make_tfrecord_source(config, device, rank, "train_data", config.train_data,
-                                         /*training=*/true);
+    if (!config.evaluate_only)
+      sources.train = make_tfrecord_source(config, device, rank, "train_data", config.train_data,
+                                           /*training=*/true);
     if (!config.val_data.empty())
       sources.val = make_tfrecord_source(config, device, rank, "val_data", config.val_data,
                                          /*training=*/false);
@@ -81,7 +82,8 @@ Sources make_sources(const Config& config, c10::Device device, int rank) {
                                config.image_size, config.seed};
   MemorySourceOptions train{
       config.batch_size, /*training=*/true, config.seed, device.is_cuda(), rank, config.world_size};
-  sources.train = std::make_unique<MemorySource>(generate_labelled_images(data), train);
+  if (!config.evaluate_only)
+    sources.train = std::make_unique<MemorySource>(generate_labelled_images(data), train);
   data.images = config.generated_val_images;
   data.seed = config.seed + 1;
   MemorySourceOptions val{

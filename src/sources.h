@@ -11,8 +11,8 @@
 namespace trainer {
 
 struct Sources {
-  std::unique_ptr<BatchSource> train;
-  std::unique_ptr<BatchSource> val;  // null when the source has no held-out split (synthetic)
+  std::unique_ptr<BatchSource> train;  // null in an evaluate-only run
+  std::unique_ptr<BatchSource> val;    // null when the source has no held-out split (synthetic)
 };
 
 // `rank` is this process's index among config.world_size; each rank gets its own part of every

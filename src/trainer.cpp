@@ -10,6 +10,7 @@
 #include "src/autocast.h"
 #include "src/check.h"
 #include "src/dist/watchdog.h"
+#include "src/weights.h"
 
 namespace trainer {
 namespace {
@@ -73,6 +74,24 @@ std::vector<at::Tensor> parameter_data(torch::nn::Module& module) {
   return out;
 }
 
+// The parameters the optimizer updates: all, or with trainable = classifier only the classifier's
+// (the others stop requiring gradients, so backward does not compute theirs).
+Optimizer::NamedParameters trainable_parameters(ResNet& model, const std::string& trainable) {
+  Optimizer::NamedParameters out;
+  for (auto& item : model->named_parameters()) {
+    const bool trains = trainable == "all" || is_classifier_parameter(item.key());
+    item.value().set_requires_grad(trains);
+    if (trains) out.emplace_back(item.key(), item.value());
+  }
+  return out;
+}
+
+std::vector<at::Tensor> tensors_of(const Optimizer::NamedParameters& named) {
+  std::vector<at::Tensor> out;
+  for (const auto& [name, tensor] : named) out.push_back(tensor);
+  return out;
+}
+
 LossScalerOptions scaler_options(const Config& c) {
   LossScalerOptions options;
   options.enabled = c.precision == "fp16";
@@ -95,20 +114,22 @@ Trainer::Trainer(const Config& config, c10::Device device, ProcessGroup* group)
       scaler_(scaler_options(config), device) {
   model_->to(device);
   if (memory_format_ == c10::MemoryFormat::ChannelsLast) to_channels_last(model_);
-  optimizer_ =
-      std::make_unique<Optimizer>(model_->named_parameters().pairs(), optimizer_options(config));
+  const Optimizer::NamedParameters trained = trainable_parameters(model_, config.trainable);
+  optimizer_ = std::make_unique<Optimizer>(trained, optimizer_options(config));
   if (group_ && group_->launched()) {
     broadcast_from_rank0(parameter_data(*model_), *group_, "the broadcast of rank 0's weights");
     broadcast_from_rank0(model_->buffers(), *group_, "the broadcast of rank 0's BN statistics");
-    reducer_ = std::make_unique<GradientReducer>(model_->parameters(), *group_,
+    reducer_ = std::make_unique<GradientReducer>(tensors_of(trained), *group_,
                                                  reducer_options(config, device));
   }
   if (device.is_cuda()) {
     step_start_.emplace(cudaEventDefault);
     step_backward_done_.emplace(cudaEventDefault);
   }
-  model_->train();
+  set_training_mode();
 }
+
+void Trainer::set_training_mode() { model_->train(config_.trainable == "all"); }
 
 at::Tensor Trainer::prepare_images(const at::Tensor& images) const {
   return normalize_images(images.to(device_, /*non_blocking=*/true), input_dtype_, memory_format_);
@@ -174,7 +195,7 @@ EvalResult Trainer::evaluate(BatchSource& source) {
     top5 += hits.any(1).sum();
     images += batch.labels.size(0);
   }
-  model_->train();
+  set_training_mode();
   EvalResult result{images, top1.item<int64_t>(), top5.item<int64_t>()};
   if (group_) {
     result.images = group_->sum(result.images);
@@ -208,8 +229,13 @@ Checkpoint Trainer::checkpoint(const Progress& progress) const {
   return out;
 }
 
+bool Trainer::load_weights(const TensorMap& weights, const std::string& source,
+                           bool keep_new_classifier) {
+  return trainer::load_weights(model_, weights, source, keep_new_classifier);
+}
+
 void Trainer::restore(const Checkpoint& checkpoint) {
-  load_state_dict(*model_, checkpoint.model);
+  load_state_dict(*model_, checkpoint.model, "checkpoint");
   optimizer_->load_state(checkpoint.optimizer);
   scaler_.load(checkpoint.loss_scale, checkpoint.loss_scale_growth_tracker);
   step_ = checkpoint.progress.step;

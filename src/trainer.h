@@ -11,6 +11,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "data/batch_source.h"
 #include "models/resnet.h"
@@ -62,6 +63,10 @@ class Trainer {
   // The state to save (reads the device) at `progress`, and to restore.
   Checkpoint checkpoint(const Progress& progress) const;
   void restore(const Checkpoint& checkpoint);
+  // Weights to start from or to evaluate (every rank loads the same file, so the replicas stay
+  // equal). `source` names the file in errors. With `keep_new_classifier` a classifier whose
+  // width differs from the file's keeps its initialisation; returns whether it did.
+  bool load_weights(const TensorMap& weights, const std::string& source, bool keep_new_classifier);
 
   ResNet& model() { return model_; }
   const LossScaler& loss_scaler() const { return scaler_; }
@@ -72,6 +77,9 @@ class Trainer {
  private:
   // Forward and scaled backward of a non-empty batch; returns its mean loss (detached).
   at::Tensor forward_backward(const Batch& batch, double loss_weight);
+  // Training mode for the layers that train: a linear probe keeps the frozen layers' batch norm
+  // on its running statistics.
+  void set_training_mode();
 
   const Config& config_;
   c10::Device device_;

@@ -2,6 +2,7 @@
 import os
 import pathlib
 import subprocess
+import sys
 
 import pytest
 
@@ -21,3 +22,25 @@ def run_train(*args, timeout=600, **kwargs):
     """Runs `train` with the given arguments; returns the CompletedProcess (stdout+stderr)."""
     return subprocess.run([str(binary("train")), *map(str, args)], capture_output=True,
                           text=True, timeout=timeout, **kwargs)
+
+
+PHOTOS = pathlib.Path("/usr/share/backgrounds/mate/nature")
+PHOTO_VAL_SIZE = 72  # held-out crops' side: the evaluation's val_resize leaves them as they are
+
+
+@pytest.fixture(scope="session")
+def photo_dataset(tmp_path_factory):
+    """10 classes of crops of real photographs (scripts/make_photo_dataset.py) as an ImageFolder
+    tree (`folder`/train, `folder`/val) and as TFRecords (`tfrecords`/train-*, validation-*)."""
+    if not PHOTOS.is_dir():
+        pytest.skip(f"{PHOTOS} is missing; scripts/setup.sh installs mate-backgrounds")
+    root = tmp_path_factory.mktemp("photos")
+    folder, records = root / "folder", root / "tfrecords"
+    subprocess.run([sys.executable, ROOT / "scripts/make_photo_dataset.py",
+                    folder, "--photos", PHOTOS, "--val-size", str(PHOTO_VAL_SIZE),
+                    "--val-per-class", "30"], check=True,
+                   timeout=300)
+    for split, prefix in (("train", "train"), ("val", "validation")):
+        subprocess.run([binary("make-tfrecords"), folder / split, records, "--prefix", prefix,
+                        "--shards", "2"], check=True, capture_output=True, timeout=300)
+    return {"folder": folder, "tfrecords": records}

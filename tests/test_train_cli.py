@@ -37,6 +37,9 @@ def test_help_lists_keys_with_defaults():
     (["--base_lr", "-1"], "base_lr"),
     (["--epochs", "5", "--warmup_epochs", "6"], "warmup_epochs"),
     (["--no_such_key", "1"], "no_such_key"),
+    (["--trainable", "backbone"], "trainable"),
+    (["--evaluate_only", "true"], "evaluate_only"),  # synthetic data has no held-out split
+    (["--evaluate_only", "true", "--data_source", "tfrecord"], "val_data"),
 ])
 def test_bad_values_exit_2_naming_the_key(args, key):
     result = run_train(*args)
