@@ -86,8 +86,8 @@ def check(model, onnx_path, script_path, image_size):
         images = torch.randn(batch, 3, image_size, image_size, generator=generator)
         with torch.no_grad():
             expected = model(images)
-            got = {"onnxruntime": torch.from_numpy(session.run(None, {"images": images.numpy()})[0]),
-                   "torchscript": scripted(images)}
+            onnx_logits = session.run(None, {"images": images.numpy()})[0]
+            got = {"onnxruntime": torch.from_numpy(onnx_logits), "torchscript": scripted(images)}
         for name, logits in got.items():
             error = ((logits - expected).abs().max() / expected.abs().max()).item()
             worst[name] = max(worst[name], error)

@@ -238,8 +238,13 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
+// Options of `train` that are not configuration keys.
+bool is_command(const std::string& name) {
+  return name == "help" || name == "config" || name == "help_markdown";
+}
+
 bool is_key(const CLI::App& app, const std::string& name) {
-  return name != "help" && name != "config" && app.get_option_no_throw("--" + name) != nullptr;
+  return !is_command(name) && app.get_option_no_throw("--" + name) != nullptr;
 }
 
 // " (did you mean 'batch_size'?)" when a key is within a few edits of `name`; else "".
@@ -249,7 +254,7 @@ std::string did_you_mean(const CLI::App& app, const std::string& name, const std
   size_t best_distance = std::max<size_t>(2, name.size() / 4) + 1;
   for (const CLI::Option* option : app.get_options())
     for (const std::string& key : option->get_lnames()) {
-      if (key == "help" || key == "config") continue;
+      if (is_command(key)) continue;
       const size_t distance = edit_distance(name, key);
       if (distance < best_distance) best = key, best_distance = distance;
     }
@@ -296,9 +301,15 @@ std::optional<Config> parse_config(int argc, const char* const argv[]) {
   app.allow_config_extras(CLI::config_extras_mode::error);
   app.allow_extras();  // unknown command-line options: reported below, with a suggestion
   add_options(app, config);
+  bool markdown = false;
+  app.add_flag("--help_markdown", markdown, "every key as Markdown tables (docs/configuration.md)");
   const std::string hint = ". Run `train --help` for every key and its values.";
   try {
     app.parse(argc, argv);
+    if (markdown) {
+      std::cout << config_reference_markdown();
+      return std::nullopt;
+    }
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
     return std::nullopt;
@@ -343,6 +354,29 @@ std::string config_to_toml(const Config& config) {
       out += (out.empty() ? "# " : "\n# ") + group + "\n";
     }
     out += option->get_name().substr(2) + " = " + toml_value(*option) + "\n";
+  }
+  return out;
+}
+
+std::string config_reference_markdown() {
+  Config defaults;
+  CLI::App app;
+  add_options(app, defaults);
+  auto cell = [](std::string text) {  // a table cell: its own | would end it
+    for (size_t at = text.find('|'); at != text.npos; at = text.find('|', at + 2))
+      text.insert(at, "\\");
+    return text;
+  };
+  std::string out, group;
+  for (const CLI::Option* option : app.get_options()) {
+    if (option->get_name() == "--help") continue;
+    if (option->get_group() != group) {
+      group = option->get_group();
+      out += (out.empty() ? "### " : "\n### ") + group +
+             "\n\n| key | default | what |\n| --- | --- | --- |\n";
+    }
+    out += "| `" + option->get_name().substr(2) + "` | `" + toml_value(*option) + "` | " +
+           cell(option->get_description()) + " |\n";
   }
   return out;
 }

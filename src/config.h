@@ -109,7 +109,8 @@ struct Config {
 };
 
 // Parses `train [--config FILE] [--key value ...]` and validates the result. Returns nullopt after
-// printing --help. Throws UserError naming the key, its value and the allowed values.
+// printing --help (or --help_markdown). Throws UserError naming the key, its value and the allowed
+// values.
 std::optional<Config> parse_config(int argc, const char* const argv[]);
 
 // Checks every value and every relation between values; throws UserError on the first violation.
@@ -117,5 +118,9 @@ void validate_config(const Config& config);
 
 // The resolved configuration, every key, in the file format --config reads.
 std::string config_to_toml(const Config& config);
+
+// Every key with its default and help, as Markdown tables by group (`train --help_markdown`,
+// the reference in docs/configuration.md).
+std::string config_reference_markdown();
 
 }  // namespace trainer

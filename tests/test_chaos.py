@@ -1,5 +1,5 @@
 """Chaos on the CPU: many short, seeded, randomly drawn jobs, each with one fault, checked against
-what the README promises.
+what the docs promise.
 
 A scenario is a pure function of its seed (`draw(seed)`): the launcher (`train` alone, `mpirun`
 -np N or MPMD, or torchrun agents started as Kubeflow's PyTorchJob operator starts them: its PET_*
@@ -24,10 +24,10 @@ batch_size 1 at 64 px), prefetch_batches, and one fault at a random step:
 A relaunch may change the launcher, the world size or the batch size (a resize by relaunch).
 
 After each scenario: every wait had a deadline and stopped when its process died; the exit
-statuses are the README's; across all restarts every training image was trained exactly once per
+statuses are as documented; across all restarts every training image was trained exactly once per
 epoch (the sample trace, each step counted as the last round that trained it did); every epoch
 was evaluated, on each held-out image once; the newest checkpoint loads with a plain `torch.load`,
-has the README's keys and the run's last step; TensorBoard's EventAccumulator reads the event
+has the documented keys and the run's last step; TensorBoard's EventAccumulator reads the event
 files and `train/loss` has no step twice (every step, when each is logged); a lost pod's
 survivors regroup within collective_timeout_s (plus a margin); no process is left.
 
@@ -71,7 +71,7 @@ BIN = "/opt/resnet-trainer/bin/"  # where the image puts the binaries (the rende
 BASE_SEED = 1000
 DEFAULT_BUDGET_S = 240.0
 MIN_SCENARIOS = 5
-README_KEYS = {"model", "optimizer", "loss_scale", "loss_scale_growth_tracker", "step", "epoch",
+SAVED_KEYS = {"model", "optimizer", "loss_scale", "loss_scale_growth_tracker", "step", "epoch",
                "samples_in_epoch", "eval_pending", "world_size", "global_batch",
                "samples_per_epoch", "config"}
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
@@ -584,7 +584,7 @@ class Run:
 
     def finished_after_signal(self, job, signalled, rcs):
         """A run that finished although SIGTERM came: only if it ended before the next log
-        interval (README: each rank checkpoints at the next log interval)."""
+        interval (docs/training.md: each rank checkpoints at the next log interval)."""
         ended = [int(n) for n in re.findall(r"final: top-1 .* after (\d+) steps", job.log())]
         latest = signalled + 1 + self.s.log_every
         check(ended and ended[-1] <= latest,
@@ -715,7 +715,7 @@ class Run:
 
     def check_regroup(self, killed, n):
         """The survivors restart the group smaller within collective_timeout_s of the loss
-        (README's fault table), plus a margin for a busy machine's start-up."""
+        (docs/distributed.md's fault table), plus a margin for a busy machine's start-up."""
         for line in self.merged_log():
             world = re.search(r"world: (\d+) rank\(s\)", line)
             if RANK0.match(line) and world and int(world[1]) == n and log_time(line) > killed:
@@ -901,11 +901,11 @@ class Run:
         counted = sorted({e["images"] for e in evals})
         check(counted == [s.val_images], f"evaluations counted {counted} held-out images, "
                                          f"not {s.val_images}")
-        # The newest checkpoint loads with PyTorch's safe defaults and has the README's keys.
+        # The newest checkpoint loads with PyTorch's safe defaults and has the documented keys.
         torch = pytest.importorskip("torch")
         newest = max((self.out / "checkpoints").glob("checkpoint-*.pt"))
         ckpt = torch.load(newest)
-        check(README_KEYS <= set(ckpt), f"{newest.name} lacks {sorted(README_KEYS - set(ckpt))}")
+        check(SAVED_KEYS <= set(ckpt), f"{newest.name} lacks {sorted(SAVED_KEYS - set(ckpt))}")
         check(int(ckpt["step"]) == final_steps,
               f"{newest.name}: step {ckpt['step']}, the run ended after {final_steps}")
         check(int(ckpt["samples_per_epoch"]) == s.records,

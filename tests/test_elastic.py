@@ -1,4 +1,4 @@
-"""Elastic resume on the CPU, the way the README's scale-out step does it, under mpirun and under
+"""Elastic resume on the CPU, the way the EKS guide's scale-out step does it, under mpirun and under
 torchrun: a run on 2 ranks, resumed on 3, then on 1 with another per-rank batch, trains every
 record of each epoch exactly once (read from each rank's sample trace, not from the step counter),
 at the learning rate that the schedule in images gives, and says at resume what changed. A resume
