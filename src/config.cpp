@@ -90,6 +90,8 @@ void add_options(CLI::App& app, Config& c) {
   add("Data parallel", "grad_compression", c.grad_compression, "none | fp16 | bf16 on the wire");
   add("Data parallel", "collective_timeout_s", c.collective_timeout_s,
       "end the job when a collective hangs this long");
+  add("Data parallel", "global_batch", c.global_batch,
+      "images per step at any world size (accumulation); 0: batch_size x ranks");
   add("Checkpoints", "eval_every_epochs", c.eval_every_epochs, "0: only at the end");
   add("Checkpoints", "checkpoint_every_steps", c.checkpoint_every_steps, "0: every epoch end");
   add("Checkpoints", "keep_checkpoints", c.keep_checkpoints, "newest K kept");
@@ -140,6 +142,10 @@ void validate_config(const Config& c) {
   check(c.bucket_mb > 0 && c.bucket_mb <= 1024, "bucket_mb", c.bucket_mb, "must be in [1, 1024]");
   check(c.collective_timeout_s > 0, "collective_timeout_s", c.collective_timeout_s,
         "must be > 0 seconds");
+  check(c.global_batch == 0 || c.global_batch >= c.images_per_micro_batch(), "global_batch",
+        c.global_batch,
+        "must be 0 or at least batch_size x ranks = " + std::to_string(c.images_per_micro_batch()) +
+            ": lower batch_size (images per GPU per micro-batch)");
   check(c.num_classes > 0, "num_classes", c.num_classes, "must be > 0");
   check(c.batch_size > 0, "batch_size", c.batch_size, "must be > 0 (images per GPU)");
   check(c.image_size >= 32, "image_size", c.image_size, "must be >= 32 (ResNet downsamples 32x)");
@@ -153,7 +159,7 @@ void validate_config(const Config& c) {
   if (c.data_source == "generated") {
     check(c.generated_classes >= 2 && c.generated_classes <= c.num_classes, "generated_classes",
           c.generated_classes, "must be in [2, num_classes]");
-    check(c.generated_train_images >= c.global_batch(), "generated_train_images",
+    check(c.generated_train_images >= c.images_per_micro_batch(), "generated_train_images",
           c.generated_train_images, "must hold at least one global batch (batch_size x ranks)");
     check(c.generated_val_images > 0, "generated_val_images", c.generated_val_images,
           "must be > 0");

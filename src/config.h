@@ -3,6 +3,7 @@
 // `--key value` on the command line; validated once in validate_config, then passed down as const&.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -84,6 +85,10 @@ struct Config {
   std::string grad_average = "pre";       // pre: divide by ranks before summing (no fp16 overflow)
   std::string grad_compression = "none";  // none | fp16 | bf16 on the wire (GPU only)
   int64_t collective_timeout_s = 300;     // a collective unfinished after this ends the job
+  // Images per optimisation step whatever the number of ranks: each rank accumulates gradients
+  // over as many batches as it takes (Note [Fixed global batch] in src/fit.cpp). 0: batch_size x
+  // ranks, and the learning rate follows the world size (linear scaling rule).
+  int64_t global_batch = 0;
 
   // Evaluation, checkpoints and logs.
   int64_t eval_every_epochs = 1;       // also evaluated at the end; 0: only at the end
@@ -105,7 +110,13 @@ struct Config {
   // Started by torchrun's elastic agent: any start may be a later round of a running job (after a
   // failure or a change of members), so the run's own newest checkpoint comes first.
   bool elastic = false;
-  int64_t global_batch() const { return batch_size * world_size; }
+  // Images in one batch of every rank (a micro-batch when accumulating).
+  int64_t images_per_micro_batch() const { return batch_size * world_size; }
+  // Batches each rank accumulates per step: global_batch's nearest smaller multiple.
+  int64_t micro_batches() const {
+    return global_batch > 0 ? std::max<int64_t>(1, global_batch / images_per_micro_batch()) : 1;
+  }
+  int64_t images_per_step() const { return micro_batches() * images_per_micro_batch(); }
 };
 
 // Parses `train [--config FILE] [--key value ...]` and validates the result. Returns nullopt after

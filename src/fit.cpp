@@ -150,10 +150,10 @@ Progress resume(Trainer& trainer, const Config& config, int64_t samples_per_epoc
                    : "",
                config.init_weights.empty() ? "" : " (init_weights only starts a new run)");
   if (checkpoint.world_size != config.world_size ||
-      checkpoint.global_batch != config.global_batch())
+      checkpoint.global_batch != config.images_per_step())
     spdlog::info(
         "resized: world size {} -> {}, global batch {} -> {}, peak lr {:.5f} -> {:.5f}",
-        checkpoint.world_size, config.world_size, checkpoint.global_batch, config.global_batch(),
+        checkpoint.world_size, config.world_size, checkpoint.global_batch, config.images_per_step(),
         config.base_lr * static_cast<double>(checkpoint.global_batch) / 256.0, schedule.peak());
   if (checkpoint.samples_per_epoch != samples_per_epoch) {
     spdlog::warn(
@@ -184,10 +184,25 @@ void log_startup(const Trainer& trainer, const at::Tensor& loss, int64_t step,
                 {{"step", step}, {"seconds_to_first_step", seconds}, {"bytes_read", bytes}});
 }
 
+// With global_batch set: how this world size reaches it (Note [Fixed global batch]).
+void log_accumulation(const Config& config) {
+  if (config.global_batch == 0) return;
+  const std::string how = std::to_string(config.micro_batches()) + " micro-batch(es) of " +
+                          std::to_string(config.batch_size) + " images per rank and step on " +
+                          std::to_string(config.world_size) + " rank(s)";
+  if (config.images_per_step() == config.global_batch)
+    spdlog::info("global batch {} kept: {}", config.global_batch, how);
+  else
+    spdlog::warn(
+        "global_batch = {} is not a multiple of batch_size x ranks = {}: steps of {} images, the "
+        "nearest below ({}). Fix: a global_batch that every expected world size divides",
+        config.global_batch, config.images_per_micro_batch(), config.images_per_step(), how);
+}
+
 // Optimisation steps from `at` to the end of training (max_steps aside).
 int64_t steps_to_end(const Config& config, const Progress& at, int64_t samples_per_epoch) {
   if (at.epoch >= config.epochs) return 0;
-  const int64_t global = config.global_batch();
+  const int64_t global = config.images_per_step();
   return steps_left(samples_per_epoch, at.samples_in_epoch, global) +
          (config.epochs - at.epoch - 1) * steps_left(samples_per_epoch, 0, global);
 }
@@ -235,6 +250,18 @@ void write_eval_preview(Trainer& trainer, BatchSource& val, int64_t step, Metric
   if (val.batches_left() > 0) write_preview(trainer, val.next_batch(), "input/eval", step, metrics);
 }
 
+// Note [Fixed global batch]
+// By default a step is one batch of every rank, so a resize changes the global batch and the
+// learning rate with it (linear scaling rule). With `global_batch = N` a step is N images however
+// many ranks there are: each rank accumulates gradients over N / (batch_size x ranks)
+// micro-batches (the nearest smaller whole number, logged when N is not reached exactly) and the
+// gradients are averaged over ranks once, after the last micro-batch's backward
+// (GradientReducer::set_accumulating), so the optimisation is that of one batch of N. The source
+// deals the epoch out in micro-batches of batch_size x ranks images (Note [Elastic epoch order]);
+// a step takes as many as make its images, so the epoch's last step has fewer, and every image
+// is still trained once per epoch across resizes. Each micro-batch's loss is weighted by its
+// images over the step's, as a rank's share of a short step is.
+
 // Runs the epochs from a resume point to the end (or max_steps, or a stop signal).
 class TrainingLoop {
  public:
@@ -258,10 +285,11 @@ class TrainingLoop {
     at_ = resume(trainer_, config_, samples_, schedule_);
     total_ = at_.step + steps_to_end(config_, at_, samples_);
     if (config_.max_steps > 0) total_ = std::min(total_, config_.max_steps);
+    log_accumulation(config_);
     spdlog::info(
         "{} images and {} steps per epoch, {} steps in all, peak lr {:.5f} (global batch {})",
-        samples_, steps_left(samples_, 0, config_.global_batch()), total_, schedule_.peak(),
-        config_.global_batch());
+        samples_, steps_left(samples_, 0, config_.images_per_step()), total_, schedule_.peak(),
+        config_.images_per_step());
     if (TensorBoardWriter* tensorboard = metrics_.tensorboard()) {
       // Events a killed run wrote after the checkpoint (steps > at_.step) are trained again: drop
       // them. From scratch, drop everything an earlier run in this folder wrote.
@@ -289,21 +317,34 @@ class TrainingLoop {
   // One optimisation step and what follows it: logs, evaluation, checkpoint. False when a stop
   // signal ended training (after a checkpoint).
   bool step() {
-    const int64_t epoch = at_.epoch, global = config_.global_batch();
+    const int64_t epoch = at_.epoch, global = config_.images_per_step();
     const int64_t step_images = step_samples(samples_, at_.samples_in_epoch, global);
     const double lr = schedule_.at(epoch * samples_ + at_.samples_in_epoch, step_images);
-    const auto wait_start = Clock::now();
-    Batch batch = train_.next_batch();
-    interval_.add_data_wait(
-        std::chrono::duration<double, std::milli>(Clock::now() - wait_start).count());
-    if (at_.samples_in_epoch == 0)
-      write_preview(trainer_, batch, "input/train", at_.step, metrics_);
-    const int64_t rows = batch.labels.size(0);
-    // This rank's share of the step's images, relative to an even share (1 in a full step).
-    const double weight = static_cast<double>(rows * config_.world_size) / step_images;
-    const at::Tensor loss = trainer_.train_step(batch, lr, weight);
+    trainer_.begin_step();
+    // Note [Fixed global batch]: the step's micro-batches, as the source deals them out.
+    at::Tensor loss_sum = at::zeros({}, at::TensorOptions().device(trainer_.device()));
+    int64_t rows = 0;  // this rank's images of the step
+    for (int64_t taken = 0; taken < step_images;) {
+      const int64_t micro_images =
+          step_samples(samples_, at_.samples_in_epoch + taken, config_.images_per_micro_batch());
+      taken += micro_images;
+      const auto wait_start = Clock::now();
+      Batch batch = train_.next_batch();
+      interval_.add_data_wait(
+          std::chrono::duration<double, std::milli>(Clock::now() - wait_start).count());
+      if (at_.samples_in_epoch == 0 && rows == 0)
+        write_preview(trainer_, batch, "input/train", at_.step, metrics_);
+      const int64_t micro_rows = batch.labels.size(0);
+      // This rank's images relative to an even share of the step (1 in a full step alone).
+      const double weight = static_cast<double>(micro_rows * config_.world_size) / step_images;
+      const at::Tensor loss = trainer_.accumulate(batch, weight, taken == step_images);
+      loss_sum += loss * static_cast<double>(micro_rows);
+      rows += micro_rows;
+      if (trace_) trace_->write(epoch, at_.step, batch.ids);
+    }
+    trainer_.end_step(lr);
+    const at::Tensor loss = loss_sum / static_cast<double>(std::max<int64_t>(rows, 1));
     interval_.add(loss, rows, step_images);
-    if (trace_) trace_->write(epoch, at_.step, batch.ids);
     if (++steps_this_run_ == 1) log_startup(trainer_, loss, at_.step + 1, metrics_);
     ++at_.step;
     at_.samples_in_epoch += step_images;

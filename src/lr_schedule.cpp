@@ -9,7 +9,7 @@ namespace trainer {
 
 LrSchedule::LrSchedule(const Config& config, int64_t samples_per_epoch)
     : kind_(config.lr_schedule),
-      peak_(config.base_lr * static_cast<double>(config.global_batch()) / 256.0),
+      peak_(config.base_lr * static_cast<double>(config.images_per_step()) / 256.0),
       warmup_samples_(std::llround(config.warmup_epochs * static_cast<double>(samples_per_epoch))),
       total_samples_(config.epochs * samples_per_epoch),
       gamma_(config.lr_step_gamma),

@@ -15,7 +15,7 @@ struct Config;
 
 class LrSchedule {
  public:
-  // `samples_per_epoch`: images in one training epoch; the peak follows config.global_batch().
+  // `samples_per_epoch`: images in one training epoch; the peak follows config.images_per_step().
   LrSchedule(const Config& config, int64_t samples_per_epoch);
   // LR of the step that trains `step_samples` images after `trained` images of the whole run.
   double at(int64_t trained, int64_t step_samples) const;

@@ -150,18 +150,32 @@ at::Tensor Trainer::forward_backward(const Batch& batch, double loss_weight) {
 }
 
 at::Tensor Trainer::train_step(const Batch& batch, double lr, double loss_weight) {
-  const auto host_start = std::chrono::steady_clock::now();
+  begin_step();
+  at::Tensor loss = accumulate(batch, loss_weight, /*last=*/true);
+  end_step(lr);
+  return loss;
+}
+
+void Trainer::begin_step() {
+  step_host_start_ = std::chrono::steady_clock::now();
   ++step_;
   if (Watchdog* watchdog = group_ ? group_->watchdog() : nullptr) watchdog->set_step(step_);
   if (step_start_) step_start_->record();
   if (reducer_) reducer_->prepare_step();
+}
+
+at::Tensor Trainer::accumulate(const Batch& batch, double loss_weight, bool last) {
+  if (reducer_) reducer_->set_accumulating(!last);
   const bool empty = batch.labels.size(0) == 0;
   TORCH_INTERNAL_ASSERT(!empty || reducer_, "an empty batch only happens with several ranks");
-  at::Tensor loss = empty ? at::zeros({}, at::TensorOptions().device(device_))
-                          : forward_backward(batch, loss_weight);
+  return empty ? at::zeros({}, at::TensorOptions().device(device_))
+               : forward_backward(batch, loss_weight);
+}
+
+void Trainer::end_step(double lr) {
   if (step_backward_done_) step_backward_done_->record();
   last_step_host_ms_ =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - host_start)
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_host_start_)
           .count();
   // Averaged gradients: every rank unscales the same values, finds the same overflow and skips
   // the same steps, so the replicas never diverge.
@@ -170,7 +184,6 @@ at::Tensor Trainer::train_step(const Batch& batch, double lr, double loss_weight
   optimizer_->step(lr, scaler_.found_inf());
   scaler_.update();
   optimizer_->zero_grad();
-  return loss;
 }
 
 EvalResult Trainer::evaluate(BatchSource& source) {
@@ -224,7 +237,7 @@ Checkpoint Trainer::checkpoint(const Progress& progress) const {
   out.loss_scale_growth_tracker = scaler_.growth_tracker_value();
   out.progress = progress;
   out.world_size = config_.world_size;
-  out.global_batch = config_.global_batch();
+  out.global_batch = config_.images_per_step();
   out.config = config_to_toml(config_);
   return out;
 }

@@ -9,6 +9,7 @@
 #include <c10/core/Device.h>
 #include <c10/core/MemoryFormat.h>
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -46,6 +47,15 @@ class Trainer {
   // Note [Elastic epoch order]). An empty batch, a rank's share of a short last step, only takes
   // part in the gradient average (contributing zeros) and the update.
   at::Tensor train_step(const Batch& batch, double lr, double loss_weight = 1.0);
+
+  // The same step over several batches (micro-batches) of this rank: begin_step, then
+  // accumulate each (gradients summed, averaged over ranks once, after the `last` one's
+  // backward), then end_step's one update. `loss_weight` as in train_step, per micro-batch: its
+  // images times the world size over the step's images. accumulate returns the micro-batch's
+  // mean loss (0 when empty).
+  void begin_step();
+  at::Tensor accumulate(const Batch& batch, double loss_weight, bool last);
+  void end_step(double lr);
 
   // Top-1/top-5 over every batch of one epoch of `source`, in eval mode (BN running statistics).
   // With a group: each rank evaluates its shard and the counts are summed over ranks.
@@ -94,7 +104,8 @@ class Trainer {
   // Start of forward / end of backward of the last step: compute time per rank, for stragglers.
   std::optional<at::cuda::CUDAEvent> step_start_, step_backward_done_;
   double last_step_host_ms_ = 0;  // the same on the CPU, where steps run synchronously
-  int64_t step_ = 0;              // steps taken, resumed ones included (named by timeouts)
+  std::chrono::steady_clock::time_point step_host_start_;
+  int64_t step_ = 0;  // steps taken, resumed ones included (named by timeouts)
 };
 
 }  // namespace trainer

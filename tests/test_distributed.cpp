@@ -277,6 +277,34 @@ TEST(Distributed, ShortStepAveragesTheGradientOverItsImages) {
   }
 }
 
+// global_batch: a step accumulated over two micro-batches of a rank's images is the step on
+// the whole batch (Note [Fixed global batch]), gradients averaged over ranks once at the end.
+// Batch norm in evaluation mode, so that splitting a batch changes no statistics.
+TEST(Distributed, TwoMicroBatchesStepLikeTheirUnion) {
+  Config c = dist_config();
+  c.weight_decay = 0;
+  c.label_smoothing = 0;
+  torch::manual_seed(300 + g_group->rank());
+  const Batch whole{torch::randint(0, 256, {8, c.image_size, c.image_size, 3}, torch::kByte),
+                    torch::randint(0, 4, {8}), torch::arange(8)};
+  auto half = [&](int64_t start) {
+    return Batch{whole.images.narrow(0, start, 4), whole.labels.narrow(0, start, 4),
+                 whole.ids.narrow(0, start, 4)};
+  };
+  Trainer one(c, torch::kCPU, g_group), accumulated(c, torch::kCPU, g_group);
+  one.model()->eval();
+  accumulated.model()->eval();
+  one.train_step(whole, /*lr=*/1.0);
+  accumulated.begin_step();
+  accumulated.accumulate(half(0), /*loss_weight=*/0.5, /*last=*/false);
+  accumulated.accumulate(half(4), /*loss_weight=*/0.5, /*last=*/true);
+  accumulated.end_step(/*lr=*/1.0);
+  const auto expected = one.model()->named_parameters();
+  for (const auto& item : accumulated.model()->named_parameters())
+    EXPECT_TRUE(torch::allclose(item.value(), expected[item.key()], 1e-4, 1e-6))
+        << item.key() << " on " << g_group->size() << " ranks";
+}
+
 TEST(Distributed, UnevenShardsRunEqualStepsAndFinish) {
   Config c = dist_config();
   c.resume = "none";

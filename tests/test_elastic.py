@@ -137,3 +137,39 @@ def test_resume_on_as_many_ranks_is_bitwise_identical(launch, data, tmp_path):
         assert torch.equal(tensor, b["model"][name]), name
     for name, tensor in a["optimizer"].items():
         assert torch.equal(tensor, b["optimizer"][name]), name
+
+
+@pytest.mark.parametrize("launch", ["mpirun"], indirect=True)
+def test_fixed_global_batch_is_the_same_step_at_any_world_size(launch, data, tmp_path):
+    """global_batch = 24 with 4 images per rank: 6, 3 and 2 micro-batches on 1, 2 and 3 ranks;
+    the steps, their images and their learning rates do not change with the resizes, and every
+    record is still trained once per epoch."""
+    out_dir, trace = tmp_path / "run", tmp_path / "trace"
+    legs = [(2, 2), (3, 6), (1, 0)]  # (ranks, steps in all at the end of the leg)
+    logs = [launch(ranks, train_args(data, out_dir, 4, "--global_batch", 24, "--max_steps",
+                                     max_steps), trace) for ranks, max_steps in legs]
+    for (ranks, _), log in zip(legs, logs):
+        assert f"global batch 24 kept: {6 // ranks} micro-batch(es) of 4 images per rank and " \
+               f"step on {ranks} rank(s)" in log, log
+        assert "100 images and 5 steps per epoch" in log, log
+        assert "peak lr 0.00938 (global batch 24)" in log, log
+    assert "resized: world size 2 -> 3, global batch 24 -> 24, peak lr 0.00938 -> 0.00938" in \
+        logs[1], logs[1]
+
+    for epoch, counts in trained_ids(trace).items():
+        assert sorted(counts) == list(range(IMAGES)), f"epoch {epoch}: ids missing or extra"
+        assert set(counts.values()) == {1}, f"epoch {epoch}: an id trained twice"
+
+    lrs = {}
+    for line in (out_dir / "metrics.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        if event["event"] == "train":
+            lrs[event["step"]] = event["lr"]
+    expected, trained = {}, 0
+    for step in range(1, 11):
+        images = min(24, IMAGES - trained % IMAGES)  # 24, 24, 24, 24, 4 per epoch
+        expected[step] = expected_lr(trained, images, 24)
+        trained += images
+    assert sorted(lrs) == sorted(expected)
+    for s, lr in expected.items():
+        assert lrs[s] == pytest.approx(lr, rel=1e-7), f"step {s}"

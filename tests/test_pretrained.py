@@ -3,9 +3,11 @@ file (`evaluate_only`), start from one (`init_weights`) and fine-tune to new cla
 only the classifier (linear probe). The data: 10 classes of crops of real photographs."""
 import json
 import os
+import pathlib
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -170,9 +172,13 @@ def test_linear_probe_trains_the_classifier_alone(photo_dataset, pretrained, tmp
     assert end["fc.weight"].shape == (10, 512)
 
 
-def test_evaluating_every_image_once_under_mpirun(runs, photo_dataset, tmp_path):
-    if shutil.which("mpirun") is None:
+@pytest.mark.parametrize("launcher", ["mpirun", "torchrun"])
+def test_evaluating_every_image_once_on_three_ranks(runs, photo_dataset, tmp_path, launcher):
+    torchrun = pathlib.Path(sys.executable).parent / "torchrun"  # the `torch` wheel's
+    if launcher == "mpirun" and shutil.which("mpirun") is None:
         pytest.skip("OpenMPI not installed")
+    if launcher == "torchrun" and not torchrun.exists():
+        pytest.skip(f"no torchrun beside {sys.executable}: run scripts/setup.sh")
     checkpoint = checkpoints(runs["finetuned"][0])[-1]
     args = ["--evaluate_only", "true", "--resume", checkpoint, "--arch", "resnet18",
             "--num_classes", 10, "--data_source", "tfrecord", "--val_data",
@@ -183,9 +189,11 @@ def test_evaluating_every_image_once_under_mpirun(runs, photo_dataset, tmp_path)
     assert alone.returncode == 0, alone.stdout + alone.stderr
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_btl_vader_single_copy_mechanism="none", OMP_NUM_THREADS="1")
-    three = subprocess.run(["mpirun", "--oversubscribe", "-np", "3", binary("train"), *map(
-        str, args), "--output_dir", tmp_path / "three"], capture_output=True, text=True,
-        timeout=600, env=env)
+    launch = (["mpirun", "--oversubscribe", "-np", "3"] if launcher == "mpirun" else
+              [torchrun, "--standalone", "--nproc-per-node", "3", "--no-python"])
+    three = subprocess.run([*launch, binary("train"), *map(str, args), "--output_dir",
+                            tmp_path / "three"], capture_output=True, text=True, timeout=600,
+                           env=env)
     assert three.returncode == 0, three.stdout + three.stderr
     expected, got = events(tmp_path / "alone", "eval")[-1], events(tmp_path / "three", "eval")[-1]
     assert got["images"] == expected["images"] == 300

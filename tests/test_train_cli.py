@@ -38,6 +38,7 @@ def test_help_lists_keys_with_defaults():
     (["--epochs", "5", "--warmup_epochs", "6"], "warmup_epochs"),
     (["--no_such_key", "1"], "no_such_key"),
     (["--trainable", "backbone"], "trainable"),
+    (["--global_batch", "128"], "global_batch"),  # below one batch_size (256) per rank
     (["--evaluate_only", "true"], "evaluate_only"),  # synthetic data has no held-out split
     (["--evaluate_only", "true", "--data_source", "tfrecord"], "val_data"),
 ])

@@ -63,6 +63,7 @@ GradientReducer::GradientReducer(const std::vector<at::Tensor>& params, ProcessG
       slots_(params.size()),
       grads_are_views_(true),
       arrived_(params.size()),
+      accumulated_(params.size()),
       device_(params.front().device()),
       copy_scale_(options.predivide ? 1.0 / group.size() : 1.0),
       group_(group),
@@ -110,6 +111,8 @@ void GradientReducer::prepare_step() {
   // Last step's .grad views: autograd would add into them. Note [Gradients as bucket views]
   for (at::Tensor& param : params_) param.mutable_grad().reset();
   std::fill(arrived_.begin(), arrived_.end(), false);
+  std::fill(accumulated_.begin(), accumulated_.end(), false);
+  accumulating_ = false;
   for (Bucket& bucket : buckets_) bucket.pending = static_cast<int64_t>(bucket.params.size());
   next_launch_ = 0;
 }
@@ -118,14 +121,17 @@ void GradientReducer::prepare_step() {
 void GradientReducer::on_gradient(int64_t param, const at::Tensor& grad) {
   at::NoGradGuard no_grad;
   // Pre-division happens here, in the copy's own pass: none left for the all-reduce's stream.
-  if (arrived_[param]) {  // a second gradient for the same parameter: accumulate
+  if (arrived_[param] || accumulated_[param])  // a later gradient of this step: add it
     slot_views_[param].add_(grad, copy_scale_);
-    return;
-  }
-  if (copy_scale_ == 1.0)
+  else if (copy_scale_ == 1.0)
     slot_views_[param].copy_(grad);
   else
     at::mul_out(slot_views_[param], grad, copy_scale_);
+  if (accumulating_) {  // an earlier micro-batch: the last one launches
+    accumulated_[param] = true;
+    return;
+  }
+  if (arrived_[param]) return;
   arrived_[param] = true;
   if (--buckets_[slots_[param].bucket].pending == 0 && comm_stream_) launch_ready_buckets();
 }
@@ -161,9 +167,10 @@ void GradientReducer::finish_step() {
   at::NoGradGuard no_grad;
   std::optional<c10::cuda::CUDAGuard> device_guard;  // current streams below are device_'s
   if (device_.is_cuda()) device_guard.emplace(device_);
+  accumulating_ = false;
   for (size_t i = 0; i < params_.size(); ++i) {
-    if (arrived_[i]) continue;  // no gradient this step: contribute zeros
-    slot_views_[i].zero_();
+    if (arrived_[i]) continue;
+    if (!accumulated_[i]) slot_views_[i].zero_();  // no gradient this step: contribute zeros
     arrived_[i] = true;
     --buckets_[slots_[i].bucket].pending;
   }

@@ -40,6 +40,9 @@ class GradientReducer {
   // Before backward: arms the buckets for a new step and drops every .grad (what backward
   // produces from here on is what gets averaged).
   void prepare_step();
+  // While set, backward's gradients are summed into the buckets and nothing is launched: every
+  // micro-batch of a step but the last. The last backward (unset) adds its own and launches.
+  void set_accumulating(bool accumulating) { accumulating_ = accumulating; }
   // After backward: launches what is left, orders the current stream after every reduction and
   // sets each .grad to the average over ranks. The .grad tensors stay valid until the next
   // prepare_step; in-place changes to them (unscaling, the optimizer's) are fine.
@@ -70,6 +73,8 @@ class GradientReducer {
   std::vector<at::Tensor> slot_views_;  // each param's region of its bucket, in its strides
   bool grads_are_views_;                // wire dtype == parameter dtype: .grad = slot view
   std::vector<bool> arrived_;           // this step: gradient copied in
+  std::vector<bool> accumulated_;       // this step: a gradient summed in while accumulating
+  bool accumulating_ = false;
   std::vector<Bucket> buckets_;
   c10::Device device_;  // the parameters'
   double copy_scale_;   // gradients enter the buckets times this: 1/world size when predividing
