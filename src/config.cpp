@@ -166,14 +166,13 @@ void validate_config(const Config& c) {
   }
   // Data: TFRecord input pipeline.
   check_member("bad_record_policy", c.bad_record_policy, kBadRecordPolicies);
-  if (c.data_source == "tfrecord" && c.evaluate_only) {
-    check(!c.val_data.empty(), "val_data", "''",
-          "evaluate_only needs the validation files, e.g. /fsx/imagenet/validation-*");
-  } else if (c.data_source == "tfrecord") {
-    check(!c.train_data.empty(), "train_data", "''",
-          "data_source = tfrecord needs the training files, e.g. /fsx/imagenet/train-*");
-  }
   if (c.data_source == "tfrecord") {
+    if (c.evaluate_only)  // reads the validation files alone
+      check(!c.val_data.empty(), "val_data", "''",
+            "evaluate_only needs the validation files, e.g. /fsx/imagenet/validation-*");
+    else
+      check(!c.train_data.empty(), "train_data", "''",
+            "data_source = tfrecord needs the training files, e.g. /fsx/imagenet/train-*");
     check(c.label_offset >= 0, "label_offset", c.label_offset, "must be >= 0");
     check(c.max_bad_fraction >= 0 && c.max_bad_fraction <= 1, "max_bad_fraction",
           c.max_bad_fraction, "must be in [0, 1]");
