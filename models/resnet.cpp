@@ -38,7 +38,22 @@ const std::map<int, DepthSpec>& depth_specs() {
 
 }  // namespace
 
-BasicBlockImpl::BasicBlockImpl(int64_t in_channels, int64_t width, int64_t stride) {
+torch::Tensor Blur::operator()(const torch::Tensor& x) {
+  const int64_t channels = x.size(1);
+  if (!filter_.defined() || filter_.device() != x.device() || filter_.dtype() != x.dtype() ||
+      filter_.size(0) != channels) {
+    const torch::Tensor taps = torch::tensor({1.0f, 2.0f, 1.0f});
+    filter_ = (taps.unsqueeze(1) * taps.unsqueeze(0) / 16.0)
+                  .expand({channels, 1, 3, 3})
+                  .contiguous()
+                  .to(x.options());
+  }
+  return torch::conv2d(x, filter_, /*bias=*/{}, /*stride=*/1, /*padding=*/1, /*dilation=*/1,
+                       /*groups=*/channels);
+}
+
+BasicBlockImpl::BasicBlockImpl(int64_t in_channels, int64_t width, int64_t stride, bool blurpool)
+    : blur_(blurpool && stride > 1 && in_channels >= 16) {
   conv1 = register_module("conv1", conv(in_channels, width, 3, stride));
   bn1 = register_module("bn1", nn::BatchNorm2d(width));
   conv2 = register_module("conv2", conv(width, width, 3, 1));
@@ -48,13 +63,15 @@ BasicBlockImpl::BasicBlockImpl(int64_t in_channels, int64_t width, int64_t strid
 }
 
 torch::Tensor BasicBlockImpl::forward(const torch::Tensor& x) {
-  auto out = bn1(conv1(x)).relu_();
+  const torch::Tensor input = blur_ ? blur_input_(x) : x;  // conv1 and the shortcut are strided
+  auto out = bn1(conv1(input)).relu_();
   out = bn2(conv2(out));
-  out += downsample ? downsample->forward(x) : x;
+  out += downsample ? downsample->forward(input) : x;
   return out.relu_();
 }
 
-BottleneckImpl::BottleneckImpl(int64_t in_channels, int64_t width, int64_t stride) {
+BottleneckImpl::BottleneckImpl(int64_t in_channels, int64_t width, int64_t stride, bool blurpool)
+    : blur_(blurpool && stride > 1) {  // width >= 64 > 16 input channels: every strided one
   conv1 = register_module("conv1", conv(in_channels, width, 1, 1));
   bn1 = register_module("bn1", nn::BatchNorm2d(width));
   conv2 = register_module("conv2", conv(width, width, 3, stride));  // v1.5: stride here
@@ -68,9 +85,9 @@ BottleneckImpl::BottleneckImpl(int64_t in_channels, int64_t width, int64_t strid
 
 torch::Tensor BottleneckImpl::forward(const torch::Tensor& x) {
   auto out = bn1(conv1(x)).relu_();
-  out = bn2(conv2(out)).relu_();
+  out = bn2(conv2(blur_ ? blur_mid_(out) : out)).relu_();  // conv2 carries the stride (v1.5)
   out = bn3(conv3(out));
-  out += downsample ? downsample->forward(x) : x;
+  out += downsample ? downsample->forward(blur_ ? blur_input_(x) : x) : x;
   return out.relu_();
 }
 
@@ -96,9 +113,10 @@ ResNetImpl::ResNetImpl(const ResNetOptions& options) : options_(options) {
   std::array<nn::Sequential, 4> stages{nullptr, nullptr, nullptr, nullptr};
   for (int i = 0; i < 4; ++i) {
     const int64_t stride = i == 0 ? 1 : 2;
-    stages[i] = spec.bottleneck
-                    ? make_stage<Bottleneck>(channels, widths[i], spec.blocks[i], stride)
-                    : make_stage<BasicBlock>(channels, widths[i], spec.blocks[i], stride);
+    stages[i] =
+        spec.bottleneck
+            ? make_stage<Bottleneck>(channels, widths[i], spec.blocks[i], stride, options.blurpool)
+            : make_stage<BasicBlock>(channels, widths[i], spec.blocks[i], stride, options.blurpool);
   }
   layer1 = register_module("layer1", stages[0]);
   layer2 = register_module("layer2", stages[1]);
@@ -110,10 +128,10 @@ ResNetImpl::ResNetImpl(const ResNetOptions& options) : options_(options) {
 
 template <typename Block>
 nn::Sequential ResNetImpl::make_stage(int64_t& in_channels, int64_t width, int blocks,
-                                      int64_t stride) {
+                                      int64_t stride, bool blurpool) {
   nn::Sequential stage;
   for (int b = 0; b < blocks; ++b) {
-    stage->push_back(Block(in_channels, width, b == 0 ? stride : 1));
+    stage->push_back(Block(in_channels, width, b == 0 ? stride : 1, blurpool));
     in_channels = width * Block::Impl::kExpansion;
   }
   return stage;

@@ -20,17 +20,34 @@ struct ResNetOptions {
   // Zero the last BN gamma of each residual block, so every block starts as the identity
   // (Goyal et al., "Accurate, Large Minibatch SGD"); torchvision's zero_init_residual.
   bool zero_init_residual = false;
+  // BlurPool (Zhang, "Making Convolutional Networks Shift-Invariant Again"), as FFCV applies it:
+  // a fixed 3x3 binomial blur (depthwise, stride 1) before every strided convolution with 16 or
+  // more input channels (the blocks' and the shortcuts'; not the stem). No parameters or buffers
+  // are added, so the state dict keeps torchvision's names; checkpoints say the variant.
+  bool blurpool = false;
+};
+
+// The blur BlurPool puts before a strided convolution; the filter is made once per device, dtype
+// and width (not a buffer: the state dict stays torchvision's).
+class Blur {
+ public:
+  torch::Tensor operator()(const torch::Tensor& x);  // (N, C, H, W) -> same shape
+
+ private:
+  torch::Tensor filter_;  // (C, 1, 3, 3) [1 2 1]^T [1 2 1] / 16
 };
 
 // Two 3x3 convolutions (ResNet-18/34).
 class BasicBlockImpl : public torch::nn::Module {
  public:
   static constexpr int64_t kExpansion = 1;
-  BasicBlockImpl(int64_t in_channels, int64_t width, int64_t stride);
+  BasicBlockImpl(int64_t in_channels, int64_t width, int64_t stride, bool blurpool = false);
   torch::Tensor forward(const torch::Tensor& x);
   torch::nn::BatchNorm2d last_bn() { return bn2; }
 
  private:
+  bool blur_;  // blurpool and strided: blur the inputs of conv1 and the shortcut
+  Blur blur_input_;
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
   torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr};
   torch::nn::Sequential downsample{nullptr};  // 1x1 conv + BN when the shape changes
@@ -41,11 +58,13 @@ TORCH_MODULE(BasicBlock);
 class BottleneckImpl : public torch::nn::Module {
  public:
   static constexpr int64_t kExpansion = 4;
-  BottleneckImpl(int64_t in_channels, int64_t width, int64_t stride);
+  BottleneckImpl(int64_t in_channels, int64_t width, int64_t stride, bool blurpool = false);
   torch::Tensor forward(const torch::Tensor& x);
   torch::nn::BatchNorm2d last_bn() { return bn3; }
 
  private:
+  bool blur_;  // blurpool and strided: blur the inputs of conv2 and the shortcut
+  Blur blur_input_, blur_mid_;
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
   torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr}, bn3{nullptr};
   torch::nn::Sequential downsample{nullptr};
@@ -61,7 +80,8 @@ class ResNetImpl : public torch::nn::Module {
 
  private:
   template <typename Block>
-  torch::nn::Sequential make_stage(int64_t& in_channels, int64_t width, int blocks, int64_t stride);
+  torch::nn::Sequential make_stage(int64_t& in_channels, int64_t width, int blocks, int64_t stride,
+                                   bool blurpool);
   void initialize_weights();
 
   ResNetOptions options_;

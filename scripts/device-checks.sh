@@ -8,12 +8,14 @@
 #              `mpirun -np 1 train --benchmark` (bucketing, hooks, NCCL), alternated, twice
 #   allreduce  bench-allreduce over NCCL
 #   train      scripts/bench-train.sh: this trainer next to PyTorch eager and compiled (fp16, bf16)
+#   techniques the recipes' techniques on the GPU: `train --benchmark` (bf16) with each one on
+#              against none, then the smoke run in fp16 with all of them on (EMA evaluated)
 # Usage: scripts/device-checks.sh [STAGE ...]
 # Output goes to the terminal and to $OUT/device-checks.log (OUT defaults to /tmp/device-out).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(tests overhead allreduce train)
+[ ${#stages[@]} -gt 0 ] || stages=(tests overhead allreduce train techniques)
 out=${OUT:-/tmp/device-out}
 mkdir -p "$out"
 exec > >(tee -a "$out/device-checks.log") 2>&1
@@ -59,6 +61,18 @@ for stage in "${stages[@]}"; do
         BUILD_DIR=$bundle/bin PYTHON=python3 "$root/scripts/bench-train.sh" "$precision" 256
       done
       ;;
-    *) echo "unknown stage $stage (tests, overhead, allreduce, train)" >&2 && exit 2 ;;
+    techniques)
+      for technique in "" "--mixup_alpha 0.2 --cutmix_alpha 1.0" "--ema_decay 0.9999" \
+        "--blurpool true" "--loss bce"; do
+        echo "-- ${technique:-no technique}"
+        # shellcheck disable=SC2086  # the technique's keys and values, split
+        "${benchmark[@]}" --precision bf16 $technique 2>&1 | grep 'benchmark '
+      done
+      echo "-- smoke run, fp16, every technique on"
+      train --config "$root/configs/smoke.toml" --device cuda --precision fp16 --mixup_alpha 0.2 \
+        --cutmix_alpha 1.0 --loss bce --blurpool true --ema_half_life_images 2000 \
+        --output_dir "${TMPDIR:-/tmp}/device-smoke" 2>&1 | grep -E 'eval|final|error'
+      ;;
+    *) echo "unknown stage $stage (tests, overhead, allreduce, train, techniques)" >&2 && exit 2 ;;
   esac
 done

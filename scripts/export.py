@@ -3,12 +3,16 @@
 preprocessing the server must reproduce, then checks both against the PyTorch model they came
 from (onnxruntime and TorchScript on two batch sizes).
 
-    scripts/export.py CHECKPOINT OUT_DIR
+    scripts/export.py CHECKPOINT OUT_DIR [--weights model|ema]
 
 CHECKPOINT is one of the trainer's checkpoint-*.pt files (arch, num_classes and the evaluation
 sizes come from the configuration inside it) or a PyTorch state dict (give --arch; the width of
 its classifier gives num_classes). Writes OUT_DIR/model.onnx, OUT_DIR/model.torchscript.pt and
-OUT_DIR/preprocessing.json. Exits 1 when an exported model disagrees with PyTorch.
+OUT_DIR/preprocessing.json, and, from a checkpoint, each set of weights it holds as its own
+torchvision state dict: OUT_DIR/model_state_dict.pt and, with EMA on, OUT_DIR/ema_state_dict.pt.
+--weights ema exports the EMA of the weights instead of the weights. A BlurPool checkpoint becomes
+torchvision's ResNet with FFCV's blur before its strided convolutions. Exits 1 when an exported
+model disagrees with PyTorch.
 """
 import argparse
 import json
@@ -31,11 +35,42 @@ def config_value(config, key, default):
     return match.group(1) if match else default
 
 
-def load(path, arch):
-    """(torchvision model in eval mode, its arch, evaluation image size, evaluation resize)."""
+class BlurPoolConv2d(torch.nn.Module):
+    """FFCV's BlurPool: a depthwise [1 2 1] x [1 2 1] / 16 blur, stride 1, before the wrapped
+    strided convolution (the trainer's blurpool = true, models/resnet.h)."""
+
+    def __init__(self, conv):
+        super().__init__()
+        taps = torch.tensor([[[[1, 2, 1], [2, 4, 2], [1, 2, 1]]]]) / 16.0
+        self.conv = conv
+        self.register_buffer("blur_filter", taps.repeat(conv.in_channels, 1, 1, 1))
+
+    def forward(self, x):
+        blurred = torch.nn.functional.conv2d(x, self.blur_filter, padding=1,
+                                             groups=self.conv.in_channels)
+        return self.conv(blurred)
+
+
+def apply_blurpool(module):
+    for name, child in module.named_children():
+        if isinstance(child, torch.nn.Conv2d) and max(child.stride) > 1 and \
+                child.in_channels >= 16:
+            setattr(module, name, BlurPoolConv2d(child))
+        else:
+            apply_blurpool(child)
+
+
+def load(path, arch, weights):
+    """(torchvision model in eval mode, its arch, evaluation image size, evaluation resize, the
+    checkpoint's state dicts by name)."""
     saved = torch.load(path, map_location="cpu")
     config = saved.get("config", "") if isinstance(saved.get("config"), str) else ""
-    state = saved.get("model", saved.get("state_dict", saved))
+    checkpoint = bool(config) and "model" in saved
+    state_dicts = {name: saved[name] for name in ("model", "ema") if checkpoint and name in saved}
+    if weights == "ema" and "ema" not in state_dicts:
+        raise SystemExit(f"{path} holds no EMA of the weights (the run had ema_decay and "
+                         "ema_half_life_images at 0): export its weights, without --weights ema")
+    state = saved[weights] if checkpoint else saved.get("model", saved.get("state_dict", saved))
     state = {name.removeprefix("module."): tensor for name, tensor in state.items()}
     arch = arch or config_value(config, "arch", None)
     if arch is None:
@@ -43,8 +78,11 @@ def load(path, arch):
                          "(resnet18, resnet34, resnet50, resnet101, resnet152)")
     model = getattr(torchvision.models, arch)(num_classes=state["fc.weight"].shape[0])
     model.load_state_dict(state, strict=True)
+    if str(saved.get("architecture", "")).endswith("-blurpool"):
+        apply_blurpool(model)
     image_size = int(config_value(config, "image_size", 224))
-    return model.eval(), arch, image_size, int(config_value(config, "val_resize", 256))
+    return (model.eval(), arch, image_size, int(config_value(config, "val_resize", 256)),
+            state_dicts)
 
 
 def preprocessing(image_size, resize):
@@ -102,10 +140,14 @@ def main():
     parser.add_argument("--arch", help="for a state dict without configuration, e.g. resnet50")
     parser.add_argument("--image-size", type=int, help="evaluation crop (default: the "
                         "checkpoint's image_size, else 224)")
+    parser.add_argument("--weights", choices=["model", "ema"], default="model",
+                        help="a checkpoint's weights, or their EMA")
     args = parser.parse_args()
-    model, arch, image_size, resize = load(args.checkpoint, args.arch)
+    model, arch, image_size, resize, state_dicts = load(args.checkpoint, args.arch, args.weights)
     image_size = args.image_size or image_size
     args.out_dir.mkdir(parents=True, exist_ok=True)
+    for name, state in state_dicts.items():  # each loads into torchvision with strict=True
+        torch.save(state, args.out_dir / f"{name}_state_dict.pt")
     onnx_path, script_path = export(model, args.out_dir, image_size)
     (args.out_dir / "preprocessing.json").write_text(
         json.dumps(preprocessing(image_size, resize), indent=2) + "\n")

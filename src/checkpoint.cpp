@@ -125,6 +125,8 @@ void save_checkpoint(const Checkpoint& checkpoint, const fs::path& path) {
   c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
   dict.insert("model", to_dict(checkpoint.model));
   dict.insert("optimizer", to_dict(checkpoint.optimizer));
+  if (!checkpoint.ema.empty()) dict.insert("ema", to_dict(checkpoint.ema));
+  dict.insert("architecture", checkpoint.architecture);
   dict.insert("loss_scale", checkpoint.loss_scale);
   dict.insert("loss_scale_growth_tracker", checkpoint.loss_scale_growth_tracker);
   dict.insert("step", checkpoint.progress.step);
@@ -175,6 +177,9 @@ Checkpoint load_checkpoint(const fs::path& path) {
   Checkpoint out;
   out.model = to_map(dict.at("model"), "model");
   out.optimizer = to_map(dict.at("optimizer"), "optimizer");
+  if (dict.contains("ema")) out.ema = to_map(dict.at("ema"), "ema");
+  // Absent from checkpoints of earlier versions, which had no variants: the config's arch.
+  if (dict.contains("architecture")) out.architecture = dict.at("architecture").toStringRef();
   out.loss_scale = dict.at("loss_scale").toDouble();
   out.loss_scale_growth_tracker = dict.at("loss_scale_growth_tracker").toInt();
   out.progress.step = dict.at("step").toInt();

@@ -31,6 +31,10 @@ struct Progress {
 struct Checkpoint {
   TensorMap model;      // parameters and buffers by torchvision name, CPU
   TensorMap optimizer;  // momentum buffers by "momentum_buffer.<parameter name>", CPU
+  TensorMap ema;        // the EMA of the weights, a state dict like `model`; empty when off
+  // What `model` is: the arch ("resnet50"), "-blurpool" added for that variant, whose weights
+  // have torchvision's names and shapes but compute something else.
+  std::string architecture;
   double loss_scale = 1.0;
   int64_t loss_scale_growth_tracker = 0;
   Progress progress;

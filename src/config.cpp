@@ -24,6 +24,7 @@ const std::vector<std::string> kSchedules = {"cosine", "step", "poly"};
 const std::vector<std::string> kGradAverage = {"pre", "post"};
 const std::vector<std::string> kCompression = {"none", "fp16", "bf16"};
 const std::vector<std::string> kTrainable = {"all", "classifier"};
+const std::vector<std::string> kLosses = {"cross_entropy", "bce"};
 
 // Binds every key of `c` to an option whose default is its current value, grouped for --help.
 void add_options(CLI::App& app, Config& c) {
@@ -42,6 +43,7 @@ void add_options(CLI::App& app, Config& c) {
   add("Model", "init_weights", c.init_weights,
       "start from these weights: state dict or checkpoint file; \"\": none");
   add("Model", "trainable", c.trainable, "all | classifier (linear probe)");
+  add("Model", "blurpool", c.blurpool, "blur before each strided convolution (anti-aliasing)");
   add("Device", "device", c.device, "auto | cuda | cpu");
   add("Device", "precision", c.precision, "fp32 | fp16 (loss scaling) | bf16");
   add("Device", "channels_last", c.channels_last, "NHWC activations on the GPU");
@@ -69,6 +71,13 @@ void add_options(CLI::App& app, Config& c) {
   add("Training", "max_steps", c.max_steps, "stop after this many steps; 0: all epochs");
   add("Training", "seed", c.seed, "initialisation and shuffling seed");
   add("Training", "label_smoothing", c.label_smoothing, "in [0, 1)");
+  add("Training", "loss", c.loss, "cross_entropy | bce (binary cross-entropy per class)");
+  add("Training", "mixup_alpha", c.mixup_alpha, "MixUp's Beta(alpha, alpha); 0: off");
+  add("Training", "cutmix_alpha", c.cutmix_alpha, "CutMix's Beta(alpha, alpha); 0: off");
+  add("EMA", "ema_decay", c.ema_decay, "EMA of the weights: decay per update; 0: off");
+  add("EMA", "ema_half_life_images", c.ema_half_life_images,
+      "or: images after which a weight's share halves; 0: off");
+  add("EMA", "ema_every_steps", c.ema_every_steps, "steps between EMA updates");
   add("Optimizer", "optimizer", c.optimizer, "sgd | lars");
   add("Optimizer", "base_lr", c.base_lr, "LR per 256 images (linear scaling rule)");
   add("Optimizer", "momentum", c.momentum, "in [0, 1)");
@@ -189,6 +198,18 @@ void validate_config(const Config& c) {
   check(c.max_steps >= 0, "max_steps", c.max_steps, "must be >= 0 (0: run all epochs)");
   check(c.label_smoothing >= 0 && c.label_smoothing < 1, "label_smoothing", c.label_smoothing,
         "must be in [0, 1)");
+  check_member("loss", c.loss, kLosses);
+  check(c.mixup_alpha >= 0 && std::isfinite(c.mixup_alpha), "mixup_alpha", c.mixup_alpha,
+        "must be >= 0 (0: off)");
+  check(c.cutmix_alpha >= 0 && std::isfinite(c.cutmix_alpha), "cutmix_alpha", c.cutmix_alpha,
+        "must be >= 0 (0: off)");
+  check(c.ema_decay >= 0 && c.ema_decay < 1, "ema_decay", c.ema_decay,
+        "must be in [0, 1) (0: off), e.g. 0.9999");
+  check(c.ema_half_life_images >= 0 && std::isfinite(c.ema_half_life_images),
+        "ema_half_life_images", c.ema_half_life_images, "must be >= 0 (0: off)");
+  check(c.ema_decay == 0 || c.ema_half_life_images == 0, "ema_half_life_images",
+        c.ema_half_life_images, "and ema_decay set the same thing: set one of them, the other 0");
+  check(c.ema_every_steps >= 1, "ema_every_steps", c.ema_every_steps, "must be >= 1");
   check(c.base_lr > 0 && std::isfinite(c.base_lr), "base_lr", c.base_lr, "must be > 0");
   check(c.momentum >= 0 && c.momentum < 1, "momentum", c.momentum, "must be in [0, 1)");
   check(!c.nesterov || c.momentum > 0, "nesterov", c.nesterov, "needs momentum > 0");

@@ -25,6 +25,9 @@ struct Config {
   // run's own checkpoint, once there is one, wins (Note [Where a run starts]).
   std::string init_weights;
   std::string trainable = "all";  // all | classifier (linear probe: the rest frozen, BN included)
+  // Anti-aliased strided convolutions (FFCV's and Composer's BlurPool): a fixed 3x3 binomial blur
+  // before each strided convolution of the blocks. Same parameters as the plain model.
+  bool blurpool = false;
 
   // Device and precision.
   std::string device = "auto";     // auto (the local rank's GPU if any, else CPU) | cuda | cpu
@@ -59,6 +62,18 @@ struct Config {
   int64_t max_steps = 0;  // stop after this many steps in total; 0: run all epochs
   uint64_t seed = 42;
   double label_smoothing = 0.1;
+  std::string loss = "cross_entropy";  // cross_entropy (softmax) | bce (a sigmoid per class)
+  // MixUp and CutMix on each training batch (src/batch_mixing.h): Beta(alpha, alpha); 0: off.
+  // With both on, each batch takes one of them at random (torchvision's recipe: 0.2 and 1.0).
+  double mixup_alpha = 0;
+  double cutmix_alpha = 0;
+
+  // EMA of the weights (src/weight_average.h): evaluated beside them, saved in checkpoints. Off
+  // unless one of the two decays is set: per update, or as the images after which an image's
+  // weight has halved (kept across resizes, whatever the images per step).
+  double ema_decay = 0;
+  double ema_half_life_images = 0;
+  int64_t ema_every_steps = 1;  // steps between updates
 
   // Optimizer.
   std::string optimizer = "sgd";  // sgd | lars

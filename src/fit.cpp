@@ -119,6 +119,7 @@ void save(Trainer& trainer, const Config& config, const Progress& at, int64_t sa
 void load_init_weights(Trainer& trainer, const Config& config) {
   if (config.init_weights.empty()) return;
   const WeightsFile file = read_weights_file(config.init_weights, "init_weights");
+  check_variant(file, config.blurpool, "init_weights", /*strict=*/false);
   const bool new_classifier = trainer.load_weights(
       file.tensors, "init_weights = '" + config.init_weights + "'", /*keep_new_classifier=*/true);
   spdlog::info("starting from {} in {}{}", file.description, config.init_weights,
@@ -211,13 +212,21 @@ EvalResult run_eval(Trainer& trainer, BatchSource& val, int64_t epoch, int64_t s
                     MetricsLog& metrics) {
   trainer.sync_buffers();
   EvalResult r = trainer.evaluate(val);
-  spdlog::info("eval epoch {} step {} | top-1 {:.2f}% | top-5 {:.2f}% | {} images", epoch + 1, step,
-               r.top1(), r.top5(), r.images);
-  metrics.write("eval", {{"epoch", epoch + 1},
-                         {"step", step},
-                         {"top1", r.top1()},
-                         {"top5", r.top5()},
-                         {"images", r.images}});
+  MetricsLog::Fields fields = {{"epoch", epoch + 1},
+                               {"step", step},
+                               {"top1", r.top1()},
+                               {"top5", r.top5()},
+                               {"images", r.images}};
+  std::string ema_text;
+  if (trainer.has_ema()) {  // the average beside the weights, on the same images
+    const EvalResult ema = trainer.evaluate(val, /*ema=*/true);
+    ema_text = fmt::format(" | EMA top-1 {:.2f}% top-5 {:.2f}%", ema.top1(), ema.top5());
+    fields.emplace_back("ema_top1", ema.top1());
+    fields.emplace_back("ema_top5", ema.top5());
+  }
+  spdlog::info("eval epoch {} step {} | top-1 {:.2f}% | top-5 {:.2f}%{} | {} images", epoch + 1,
+               step, r.top1(), r.top5(), ema_text, r.images);
+  metrics.write("eval", fields);
   return r;
 }
 
@@ -454,6 +463,7 @@ EvalResult evaluate_only(Trainer& trainer, const Config& config, BatchSource& va
       from_init ? fs::path(config.init_weights) : checkpoint_to_evaluate(config, trainer.group());
   const std::string key = from_init ? "init_weights" : "resume";
   const WeightsFile file = read_weights_file(path, key);
+  check_variant(file, config.blurpool, key, /*strict=*/true);
   trainer.load_weights(file.tensors, key + " = '" + path.string() + "'",
                        /*keep_new_classifier=*/false);
   spdlog::info("evaluating {} in {}", file.description, path.string());

@@ -2,11 +2,13 @@
 
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAStream.h>
+#include <spdlog/spdlog.h>
 #include <torch/utils.h>
 
 #include <chrono>
 
 #include "data/device_input.h"
+#include "data/tfrecord/epoch_plan.h"
 #include "src/autocast.h"
 #include "src/check.h"
 #include "src/dist/watchdog.h"
@@ -24,7 +26,7 @@ std::optional<at::ScalarType> autocast_dtype_for(const std::string& precision) {
 ResNet build_model(const Config& config) {
   torch::manual_seed(config.seed);  // same initial weights for the same seed, on any device
   return ResNet(ResNetOptions{resnet_depth_from_name(config.arch), config.num_classes,
-                              config.zero_init_residual});
+                              config.zero_init_residual, config.blurpool});
 }
 
 // Moves 4-D weights to channels_last so cuDNN runs NHWC kernels with no layout conversions.
@@ -92,6 +94,14 @@ std::vector<at::Tensor> tensors_of(const Optimizer::NamedParameters& named) {
   return out;
 }
 
+// The EMA's decay per update: ema_decay, or the one that gives ema_half_life_images at this run's
+// images per step (recomputed at each start, so a resize keeps the half-life in images).
+double ema_decay_per_update(const Config& c) {
+  if (c.ema_decay > 0) return c.ema_decay;
+  return decay_for_half_life(c.ema_half_life_images,
+                             static_cast<double>(c.images_per_step() * c.ema_every_steps));
+}
+
 LossScalerOptions scaler_options(const Config& c) {
   LossScalerOptions options;
   options.enabled = c.precision == "fp16";
@@ -111,7 +121,9 @@ Trainer::Trainer(const Config& config, c10::Device device, ProcessGroup* group)
                                                               : c10::MemoryFormat::Contiguous),
       group_(group),
       model_(build_model(config)),
-      scaler_(scaler_options(config), device) {
+      scaler_(scaler_options(config), device),
+      loss_{config.loss, config.label_smoothing},
+      mixing_{config.mixup_alpha, config.cutmix_alpha} {
   model_->to(device);
   if (memory_format_ == c10::MemoryFormat::ChannelsLast) to_channels_last(model_);
   const Optimizer::NamedParameters trained = trainable_parameters(model_, config.trainable);
@@ -121,6 +133,13 @@ Trainer::Trainer(const Config& config, c10::Device device, ProcessGroup* group)
     broadcast_from_rank0(model_->buffers(), *group_, "the broadcast of rank 0's BN statistics");
     reducer_ = std::make_unique<GradientReducer>(tensors_of(trained), *group_,
                                                  reducer_options(config, device));
+  }
+  if (config.ema_decay > 0 || config.ema_half_life_images > 0) {
+    ResNet average = build_model(config);
+    average->to(device);
+    if (memory_format_ == c10::MemoryFormat::ChannelsLast) to_channels_last(average);
+    ema_ = std::make_unique<WeightAverage>(model_, std::move(average), ema_decay_per_update(config),
+                                           config.ema_every_steps);
   }
   if (device.is_cuda()) {
     step_start_.emplace(cudaEventDefault);
@@ -135,15 +154,25 @@ at::Tensor Trainer::prepare_images(const at::Tensor& images) const {
   return normalize_images(images.to(device_, /*non_blocking=*/true), input_dtype_, memory_format_);
 }
 
+std::pair<at::Tensor, at::Tensor> Trainer::mix(const at::Tensor& images, const at::Tensor& labels) {
+  if (!mixing_.enabled()) return {images, labels};
+  // One draw per (step, micro-batch, rank): the same again when a run resumes at this step.
+  const int64_t rank = group_ ? group_->rank() : 0;
+  const uint64_t seed = mix_seed(mix_seed(config_.seed ^ 0x6D69787570ULL, step_),
+                                 static_cast<uint64_t>(micro_batch_ * config_.world_size + rank));
+  const MixDraw draw = draw_mix(mixing_, seed, images.size(2), images.size(3));
+  return apply_mix(draw, images, one_hot_targets(labels, config_.num_classes));
+}
+
 at::Tensor Trainer::forward_backward(const Batch& batch, double loss_weight) {
-  at::Tensor images = prepare_images(batch.images);                     // (N, 3, H, W)
-  at::Tensor labels = batch.labels.to(device_, /*non_blocking=*/true);  // (N)
+  // (N, 3, H, W) images; targets: (N) class indices, or (N, classes) probabilities when mixed.
+  const auto [images, targets] =
+      mix(prepare_images(batch.images), batch.labels.to(device_, /*non_blocking=*/true));
   at::Tensor loss;
   {
     AutocastGuard autocast(device_.type(), autocast_dtype_);
     at::Tensor logits = model_->forward(images);  // (N, classes)
-    loss = at::cross_entropy_loss(logits.to(at::kFloat), labels, /*weight=*/{}, at::Reduction::Mean,
-                                  /*ignore_index=*/-100, config_.label_smoothing);
+    loss = training_loss(logits.to(at::kFloat), targets, loss_);
   }
   scaler_.scale(loss_weight == 1.0 ? loss : loss * loss_weight).backward();
   return loss.detach();
@@ -162,14 +191,17 @@ void Trainer::begin_step() {
   if (Watchdog* watchdog = group_ ? group_->watchdog() : nullptr) watchdog->set_step(step_);
   if (step_start_) step_start_->record();
   if (reducer_) reducer_->prepare_step();
+  micro_batch_ = 0;
 }
 
 at::Tensor Trainer::accumulate(const Batch& batch, double loss_weight, bool last) {
   if (reducer_) reducer_->set_accumulating(!last);
   const bool empty = batch.labels.size(0) == 0;
   TORCH_INTERNAL_ASSERT(!empty || reducer_, "an empty batch only happens with several ranks");
-  return empty ? at::zeros({}, at::TensorOptions().device(device_))
-               : forward_backward(batch, loss_weight);
+  at::Tensor loss = empty ? at::zeros({}, at::TensorOptions().device(device_))
+                          : forward_backward(batch, loss_weight);
+  ++micro_batch_;
+  return loss;
 }
 
 void Trainer::end_step(double lr) {
@@ -184,11 +216,14 @@ void Trainer::end_step(double lr) {
   optimizer_->step(lr, scaler_.found_inf());
   scaler_.update();
   optimizer_->zero_grad();
+  if (ema_) ema_->update(step_);
 }
 
-EvalResult Trainer::evaluate(BatchSource& source) {
+EvalResult Trainer::evaluate(BatchSource& source, bool ema) {
+  TORCH_INTERNAL_ASSERT(!ema || ema_, "evaluate(ema) without an EMA");
   at::NoGradGuard no_grad;
-  model_->eval();
+  ResNet& model = ema ? ema_->model_for_evaluation() : model_;
+  model->eval();
   at::Tensor top1 = at::zeros({}, at::TensorOptions().device(device_).dtype(at::kLong));
   at::Tensor top5 = top1.clone();
   int64_t images = 0;
@@ -199,7 +234,7 @@ EvalResult Trainer::evaluate(BatchSource& source) {
     at::Tensor logits;
     {
       AutocastGuard autocast(device_.type(), autocast_dtype_);
-      logits = model_->forward(prepare_images(batch.images));  // (N, classes)
+      logits = model->forward(prepare_images(batch.images));  // (N, classes)
     }
     const int64_t k = std::min<int64_t>(5, logits.size(1));
     at::Tensor predicted = std::get<1>(logits.topk(k, /*dim=*/1));  // (N, k), best first
@@ -233,6 +268,8 @@ Checkpoint Trainer::checkpoint(const Progress& progress) const {
   Checkpoint out;
   out.model = state_dict(*model_);
   out.optimizer = optimizer_->state();
+  if (ema_) out.ema = ema_->state();
+  out.architecture = architecture();
   out.loss_scale = scaler_.scale_value();
   out.loss_scale_growth_tracker = scaler_.growth_tracker_value();
   out.progress = progress;
@@ -244,14 +281,34 @@ Checkpoint Trainer::checkpoint(const Progress& progress) const {
 
 bool Trainer::load_weights(const TensorMap& weights, const std::string& source,
                            bool keep_new_classifier) {
-  return trainer::load_weights(model_, weights, source, keep_new_classifier);
+  const bool kept = trainer::load_weights(model_, weights, source, keep_new_classifier);
+  if (ema_) ema_->reset();  // the average starts from the weights the run starts from
+  return kept;
+}
+
+std::string Trainer::architecture() const {
+  return config_.arch + (config_.blurpool ? "-blurpool" : "");
 }
 
 void Trainer::restore(const Checkpoint& checkpoint) {
+  USER_CHECK(checkpoint.architecture.empty() || checkpoint.architecture == architecture(),
+             "the checkpoint to resume from holds a ", checkpoint.architecture,
+             ", this run builds a ", architecture(),
+             ". Fix: the run's arch and blurpool as they were, or resume = none");
   load_state_dict(*model_, checkpoint.model, "checkpoint");
   optimizer_->load_state(checkpoint.optimizer);
   scaler_.load(checkpoint.loss_scale, checkpoint.loss_scale_growth_tracker);
   step_ = checkpoint.progress.step;
+  if (!ema_) return;
+  if (!checkpoint.ema.empty()) {
+    ema_->load(checkpoint.ema);
+  } else {
+    ema_->reset();
+    spdlog::warn(
+        "the checkpoint has no EMA of the weights (EMA was off): it starts from the "
+        "resumed weights at step {}",
+        step_);
+  }
 }
 
 }  // namespace trainer

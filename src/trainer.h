@@ -16,12 +16,15 @@
 
 #include "data/batch_source.h"
 #include "models/resnet.h"
+#include "src/batch_mixing.h"
 #include "src/checkpoint.h"
 #include "src/config.h"
 #include "src/dist/gradient_reducer.h"
 #include "src/dist/process_group.h"
+#include "src/loss.h"
 #include "src/loss_scaler.h"
 #include "src/optimizer.h"
+#include "src/weight_average.h"
 
 namespace trainer {
 
@@ -58,8 +61,10 @@ class Trainer {
   void end_step(double lr);
 
   // Top-1/top-5 over every batch of one epoch of `source`, in eval mode (BN running statistics).
-  // With a group: each rank evaluates its shard and the counts are summed over ranks.
-  EvalResult evaluate(BatchSource& source);
+  // With a group: each rank evaluates its shard and the counts are summed over ranks. `ema`:
+  // the EMA of the weights instead (has_ema()).
+  EvalResult evaluate(BatchSource& source, bool ema = false);
+  bool has_ema() const { return ema_ != nullptr; }
 
   // Copies rank 0's BN running statistics to every rank (they drift apart, each rank seeing its
   // own batches), so evaluation and checkpoints use one model. Collective.
@@ -79,6 +84,8 @@ class Trainer {
   bool load_weights(const TensorMap& weights, const std::string& source, bool keep_new_classifier);
 
   ResNet& model() { return model_; }
+  // The model's architecture as checkpoints name it: "resnet50", "resnet50-blurpool".
+  std::string architecture() const;
   const LossScaler& loss_scaler() const { return scaler_; }
   c10::Device device() const { return device_; }
   // Images of one batch prepared for the model: (N, 3, H, W) normalised, compute dtype and layout.
@@ -87,6 +94,8 @@ class Trainer {
  private:
   // Forward and scaled backward of a non-empty batch; returns its mean loss (detached).
   at::Tensor forward_backward(const Batch& batch, double loss_weight);
+  // The batch's images and targets after MixUp or CutMix (class indices when both are off).
+  std::pair<at::Tensor, at::Tensor> mix(const at::Tensor& images, const at::Tensor& labels);
   // Training mode for the layers that train: a linear probe keeps the frozen layers' batch norm
   // on its running statistics.
   void set_training_mode();
@@ -101,6 +110,10 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;      // built after the model's final layout
   std::unique_ptr<GradientReducer> reducer_;  // under mpirun only
   LossScaler scaler_;
+  LossOptions loss_;
+  MixingOptions mixing_;
+  int64_t micro_batch_ = 0;             // micro-batches of this step so far (the mixing draw)
+  std::unique_ptr<WeightAverage> ema_;  // with ema_decay or ema_half_life_images set
   // Start of forward / end of backward of the last step: compute time per rank, for stragglers.
   std::optional<at::cuda::CUDAEvent> step_start_, step_backward_done_;
   double last_step_host_ms_ = 0;  // the same on the CPU, where steps run synchronously

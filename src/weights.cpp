@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/Dict.h>
 #include <ATen/core/ivalue.h>
+#include <spdlog/spdlog.h>
 
 #include <cerrno>
 #include <cstring>
@@ -85,6 +86,7 @@ WeightsFile read_weights_file(const fs::path& path, const std::string& key) {
     out.description =
         "the model of a checkpoint of this trainer (step " + std::to_string(out.step) + ")";
     out.tensors = to_tensors(dict.at("model").toGenericDict(), path);
+    if (dict.contains("architecture")) out.architecture = dict.at("architecture").toStringRef();
   } else if (holds_dict(dict, "state_dict") || holds_dict(dict, "model")) {
     const char* inner = holds_dict(dict, "state_dict") ? "state_dict" : "model";
     out.description = std::string("the state dict under '") + inner + "'";
@@ -95,6 +97,20 @@ WeightsFile read_weights_file(const fs::path& path, const std::string& key) {
   }
   out.tensors = without_ddp_prefix(std::move(out.tensors), out.description);
   return out;
+}
+
+void check_variant(const WeightsFile& file, bool blurpool, const std::string& key, bool strict) {
+  const bool file_blurpool = file.architecture.find("-blurpool") != std::string::npos;
+  if (file.architecture.empty() || file_blurpool == blurpool) return;
+  const std::string message = key + "'s weights are " + file.architecture + "'s, trained " +
+                              (file_blurpool ? "with" : "without") + " BlurPool, and this run " +
+                              (blurpool ? "has it" : "does not") +
+                              ". Fix: blurpool = " + (file_blurpool ? "true" : "false");
+  USER_CHECK(!strict, message);
+  spdlog::warn(
+      "{} (fine-tuning across the variants works, but starts further from the file's "
+      "accuracy)",
+      message);
 }
 
 bool is_classifier_parameter(const std::string& name) { return name.rfind("fc.", 0) == 0; }

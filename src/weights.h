@@ -16,7 +16,14 @@ struct WeightsFile {
   TensorMap tensors;        // parameters and buffers by torchvision name, CPU
   std::string description;  // what the file held, for the log: "a torchvision state dict", ...
   int64_t step = 0;         // the training step of a checkpoint of ours; 0 otherwise
+  // A checkpoint's architecture ("resnet50", "resnet50-blurpool"); "" when the file does not say.
+  std::string architecture;
 };
+
+// Whether `file` holds weights for the model variant this run builds: a BlurPool checkpoint into a
+// plain model (or the reverse) loads without a shape error but computes something else. Throws
+// UserError naming `key` and the fix when `strict` (evaluation), else logs a warning.
+void check_variant(const WeightsFile& file, bool blurpool, const std::string& key, bool strict);
 
 // Reads `path`; `key` names the config key that gave it, for errors (each names the file and
 // the fix).

@@ -2,6 +2,7 @@
 // project's ResNet and Python, through files that torch.load / torch.save read and write.
 //   resnet_parity_tool export  ARCH CLASSES OUT  -> {"model": state_dict, "input", "logits"}
 //   resnet_parity_tool forward ARCH CLASSES IN OUT: IN = {"model", "input"} -> {"logits"}
+// ARCH: resnet18 ... resnet152, or with "-blurpool" the BlurPool variant.
 // Logits are computed in eval mode (BN running statistics), fp32, on the CPU.
 #include <ATen/core/Dict.h>
 #include <torch/csrc/jit/serialization/pickle.h>
@@ -45,7 +46,12 @@ int main(int argc, char** argv) {
   }
   const std::string mode = argv[1];
   torch::manual_seed(0);
-  ResNet model(ResNetOptions{resnet_depth_from_name(argv[2]), std::stoll(argv[3]), false});
+  // ARCH may name the BlurPool variant: "resnet18-blurpool".
+  std::string arch = argv[2];
+  const size_t variant = arch.find("-blurpool");
+  const bool blurpool = variant != std::string::npos;
+  if (blurpool) arch.resize(variant);
+  ResNet model(ResNetOptions{resnet_depth_from_name(arch), std::stoll(argv[3]), false, blurpool});
   if (mode == "export") {
     // Non-trivial BN statistics: a few training-mode forwards update the running mean/var.
     for (int i = 0; i < 3; ++i) model->forward(torch::randn({4, 3, 64, 64}) * 2 + 0.5);

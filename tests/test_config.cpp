@@ -162,7 +162,13 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{{"--grad_compression", "int8"}, "grad_compression"},
         BadValue{{"--grad_average", "mean"}, "grad_average"},
         BadValue{{"--bucket_mb", "0"}, "bucket_mb"},
-        BadValue{{"--collective_timeout_s", "0"}, "collective_timeout_s"}),
+        BadValue{{"--collective_timeout_s", "0"}, "collective_timeout_s"},
+        BadValue{{"--loss", "focal"}, "loss"}, BadValue{{"--mixup_alpha", "-0.2"}, "mixup_alpha"},
+        BadValue{{"--cutmix_alpha", "-1"}, "cutmix_alpha"},
+        BadValue{{"--ema_decay", "1"}, "ema_decay"},
+        BadValue{{"--ema_half_life_images", "-5"}, "ema_half_life_images"},
+        BadValue{{"--ema_decay", "0.999", "--ema_half_life_images", "1e6"}, "ema_half_life_images"},
+        BadValue{{"--ema_every_steps", "0"}, "ema_every_steps"}),
     [](const ::testing::TestParamInfo<BadValue>& info) {
       return info.param.key + "_" + std::to_string(info.index);
     });

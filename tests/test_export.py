@@ -45,11 +45,11 @@ def preprocessed(folder, spec, count):
     return torch.stack([preprocess(Image.open(p).convert("RGB")) for p in paths])
 
 
-def trainer_logits(checkpoint, images, tmp_path):
+def trainer_logits(checkpoint, images, tmp_path, weights="model", arch="resnet18"):
     """Logits of the trainer's own ResNet (C++, evaluation mode) for `images`."""
     src, out = tmp_path / "in.pt", tmp_path / "out.pt"
-    torch.save({"model": torch.load(checkpoint)["model"], "input": images}, src)
-    subprocess.run([binary("resnet_parity_tool"), "forward", "resnet18", "10", src, out],
+    torch.save({"model": torch.load(checkpoint)[weights], "input": images}, src)
+    subprocess.run([binary("resnet_parity_tool"), "forward", arch, "10", src, out],
                    check=True, timeout=300)
     return torch.load(out)["logits"]
 
@@ -82,3 +82,35 @@ def test_exported_models_match_the_trainer(exported, photo_dataset, tmp_path, ba
           f"TorchScript {relative_error(script_logits, expected):.1e}")
     assert relative_error(onnx_logits, expected) < TOLERANCE
     assert relative_error(script_logits, expected) < TOLERANCE
+
+
+def test_ema_of_a_blurpool_run_exports_as_the_trainer_computes_it(photo_dataset, tmp_path):
+    """EMA and BlurPool on: --weights ema exports the average, each set of weights is written as
+    a torchvision state dict, and the exported model is the trainer's BlurPool model."""
+    import torchvision
+    records = photo_dataset["tfrecords"]
+    result = run_train("--arch", "resnet18", "--num_classes", 10, "--data_source", "tfrecord",
+                       "--train_data", records / "train-*", "--val_data", "", "--image_size", 64,
+                       "--val_resize", PHOTO_VAL_SIZE, "--batch_size", 16, "--max_steps", 2,
+                       "--warmup_epochs", 0, "--ema_decay", 0.5, "--blurpool", "true",
+                       "--device", "cpu", "--tensorboard", "false", "--output_dir",
+                       tmp_path / "run")
+    assert result.returncode == 0, result.stdout + result.stderr
+    checkpoint = tmp_path / "run" / "checkpoints" / "checkpoint-000000002.pt"
+    export = subprocess.run([sys.executable, ROOT / "scripts/export.py", checkpoint,
+                             tmp_path / "model", "--weights", "ema"],
+                            capture_output=True, text=True, timeout=600)
+    assert export.returncode == 0, export.stdout + export.stderr
+    saved = torch.load(checkpoint)
+    for name in ("model", "ema"):
+        state = torch.load(tmp_path / "model" / f"{name}_state_dict.pt")
+        torchvision.models.resnet18(num_classes=10).load_state_dict(state, strict=True)
+        assert all(torch.equal(state[k], saved[name][k]) for k in saved[name])
+    assert not torch.equal(saved["ema"]["fc.weight"], saved["model"]["fc.weight"])
+
+    spec = json.loads((tmp_path / "model" / "preprocessing.json").read_text())
+    images = preprocessed(photo_dataset["folder"], spec, 3)
+    expected = trainer_logits(checkpoint, images, tmp_path, "ema", "resnet18-blurpool")
+    with torch.no_grad():
+        got = torch.jit.load(str(tmp_path / "model" / "model.torchscript.pt"))(images)
+    assert relative_error(got, expected) < TOLERANCE

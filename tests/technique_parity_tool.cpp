@@ -1,0 +1,96 @@
+// Test helper for tests/test_technique_parity.py: runs this project's training techniques on
+// tensors that Python wrote (torch.save of a dict of tensors), and writes what they give back, so
+// that the test can put them beside torchvision's, timm's and FFCV's:
+//   technique_parity_tool mix  IN OUT: {"images", "targets", "params": [kind, lam, x1, y1, x2, y2]}
+//                                      -> {"images", "targets"}   (kind: 1 MixUp, 2 CutMix)
+//   technique_parity_tool loss IN OUT: {"logits", "targets", "params": [bce, smoothing]}
+//                                      -> {"loss"}   (targets: class indices or probabilities)
+//   technique_parity_tool blurpool ARCH OUT: a BlurPool model's {"model": state_dict, "input",
+//                                      "logits"} (eval mode, fp32, CPU)
+#include <ATen/core/Dict.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/torch.h>
+
+#include <fstream>
+#include <iostream>
+#include <iterator>
+
+#include "models/resnet.h"
+#include "src/batch_mixing.h"
+#include "src/checkpoint.h"
+#include "src/loss.h"
+#include "src/torch_pickle.h"
+
+using namespace trainer;
+
+namespace {
+
+void write(const std::string& path, const c10::Dict<std::string, at::Tensor>& dict) {
+  std::vector<char> bytes = pickle_for_python(c10::IValue(dict));
+  std::ofstream(path, std::ios::binary).write(bytes.data(), bytes.size());
+}
+
+c10::impl::GenericDict read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return torch::jit::pickle_load(bytes).toGenericDict();
+}
+
+at::Tensor tensor(const c10::impl::GenericDict& dict, const char* key) {
+  return dict.at(key).toTensor();
+}
+
+void mix(const std::string& in_path, const std::string& out_path) {
+  const auto in = read(in_path);
+  const at::Tensor p = tensor(in, "params").to(at::kDouble);
+  MixDraw draw;
+  draw.kind = p[0].item<int>() == 1 ? MixKind::kMixUp : MixKind::kCutMix;
+  draw.lam = p[1].item<double>();
+  draw.x1 = p[2].item<int64_t>(), draw.y1 = p[3].item<int64_t>();
+  draw.x2 = p[4].item<int64_t>(), draw.y2 = p[5].item<int64_t>();
+  const auto [images, targets] = apply_mix(draw, tensor(in, "images"), tensor(in, "targets"));
+  c10::Dict<std::string, at::Tensor> out;
+  out.insert("images", images);
+  out.insert("targets", targets);
+  write(out_path, out);
+}
+
+void loss(const std::string& in_path, const std::string& out_path) {
+  const auto in = read(in_path);
+  const at::Tensor p = tensor(in, "params").to(at::kDouble);
+  const LossOptions options{p[0].item<int>() == 1 ? "bce" : "cross_entropy", p[1].item<double>()};
+  c10::Dict<std::string, at::Tensor> out;
+  out.insert("loss", training_loss(tensor(in, "logits"), tensor(in, "targets"), options));
+  write(out_path, out);
+}
+
+void blurpool(const std::string& arch, const std::string& out_path) {
+  torch::manual_seed(0);
+  ResNet model(ResNetOptions{resnet_depth_from_name(arch), 10, false, /*blurpool=*/true});
+  for (int i = 0; i < 3; ++i) model->forward(torch::randn({4, 3, 64, 64}) * 2 + 0.5);  // BN stats
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const at::Tensor input = torch::randn({2, 3, 64, 64});
+  c10::Dict<std::string, at::Tensor> out;
+  for (const auto& [name, t] : state_dict(*model)) out.insert("model." + name, t);
+  out.insert("input", input);
+  out.insert("logits", model->forward(input));
+  write(out_path, out);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc == 4 ? argv[1] : "";
+  if (mode == "mix") {
+    mix(argv[2], argv[3]);
+  } else if (mode == "loss") {
+    loss(argv[2], argv[3]);
+  } else if (mode == "blurpool") {
+    blurpool(argv[2], argv[3]);
+  } else {
+    std::cerr << "usage: technique_parity_tool mix|loss IN OUT | blurpool ARCH OUT\n";
+    return 2;
+  }
+  return 0;
+}

@@ -1,0 +1,134 @@
+"""The training techniques of the fast recipes against the implementations they follow, on the
+same tensors: MixUp and CutMix against torchvision.transforms.v2 (with the draw fixed), the
+losses against torch.nn.functional (cross-entropy) and timm's BinaryCrossEntropy formula, and the
+BlurPool variant against FFCV's BlurPoolConv2d wrapped around torchvision's ResNet."""
+import subprocess
+
+import pytest
+import torch
+import torch.nn.functional as F
+import torchvision
+from torchvision.transforms import v2
+
+from conftest import binary
+
+CLASSES = 5
+
+
+def run_tool(tmp_path, mode, inputs):
+    src, out = tmp_path / f"{mode}-in.pt", tmp_path / f"{mode}-out.pt"
+    torch.save(inputs, src)
+    subprocess.run([binary("technique_parity_tool"), mode, src, out], check=True, timeout=120)
+    return torch.load(out)
+
+
+def batch(channels_last=False):
+    torch.manual_seed(3)
+    images = torch.randn(6, 3, 20, 28)
+    if channels_last:
+        images = images.contiguous(memory_format=torch.channels_last)
+    labels = torch.tensor([0, 4, 2, 2, 1, 3])
+    return images, labels, F.one_hot(labels, CLASSES).float()
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.37, 1.0])
+def test_mixup_is_torchvisions(tmp_path, lam):
+    images, labels, targets = batch()
+    mixup = v2.MixUp(alpha=0.2, num_classes=CLASSES)
+    mixup.make_params = lambda flat_inputs: {"lam": lam}  # torchvision's own draw replaced
+    want_images, want_targets = mixup(images, labels)
+    got = run_tool(tmp_path, "mix", {"images": images, "targets": targets,
+                                     "params": torch.tensor([1, lam, 0, 0, 0, 0])})
+    torch.testing.assert_close(got["images"], want_images, rtol=0, atol=1e-6)
+    torch.testing.assert_close(got["targets"], want_targets, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("box", [(3, 2, 17, 11), (0, 0, 28, 20), (5, 7, 5, 7), (20, 10, 28, 20)])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_cutmix_is_torchvisions(tmp_path, box, channels_last):
+    images, labels, targets = batch(channels_last)
+    x1, y1, x2, y2 = box
+    lam = 1.0 - (x2 - x1) * (y2 - y1) / (28 * 20)
+    cutmix = v2.CutMix(alpha=1.0, num_classes=CLASSES)
+    cutmix.make_params = lambda flat_inputs: {"box": box, "lam_adjusted": lam}
+    want_images, want_targets = cutmix(images, labels)
+    got = run_tool(tmp_path, "mix", {"images": images, "targets": targets,
+                                     "params": torch.tensor([2, lam, x1, y1, x2, y2])})
+    assert torch.equal(got["images"], want_images)  # a copy of pixels: exact
+    torch.testing.assert_close(got["targets"], want_targets, rtol=0, atol=1e-6)
+
+
+def timm_binary_cross_entropy(logits, target, smoothing):
+    """timm.loss.BinaryCrossEntropy (reduction mean, no threshold): indices become smoothed
+    one-hot rows (off = s / K, on = 1 - s + off); probabilities (after timm's Mixup, which smooths
+    the same way) are smoothed likewise."""
+    classes = logits.shape[-1]
+    if target.dim() == 1:
+        off = smoothing / classes
+        target = torch.full_like(logits, off).scatter_(1, target.view(-1, 1), 1.0 - smoothing + off)
+    else:
+        target = target * (1.0 - smoothing) + smoothing / classes
+    return F.binary_cross_entropy_with_logits(logits, target, reduction="mean")
+
+
+@pytest.mark.parametrize("kind", ["cross_entropy", "bce"])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("soft", [False, True])
+def test_losses_are_the_references(tmp_path, kind, smoothing, soft):
+    torch.manual_seed(4)
+    logits = torch.randn(8, CLASSES) * 3
+    targets = torch.randint(0, CLASSES, (8,))
+    if soft:  # a MixUp of the one-hot rows
+        one_hot = F.one_hot(targets, CLASSES).float()
+        targets = 0.7 * one_hot + 0.3 * one_hot.roll(1, 0)
+    if kind == "cross_entropy":
+        want = F.cross_entropy(logits, targets, label_smoothing=smoothing)
+    else:
+        want = timm_binary_cross_entropy(logits, targets, smoothing)
+    got = run_tool(tmp_path, "loss", {"logits": logits, "targets": targets,
+                                      "params": torch.tensor([kind == "bce", smoothing])})
+    torch.testing.assert_close(got["loss"], want, rtol=1e-6, atol=1e-7)
+
+
+class BlurPoolConv2d(torch.nn.Module):
+    """FFCV's (examples/imagenet train_imagenet.py): a depthwise [1 2 1] x [1 2 1] / 16 blur,
+    stride 1, before the wrapped strided convolution."""
+
+    def __init__(self, conv):
+        super().__init__()
+        taps = torch.tensor([[[[1, 2, 1], [2, 4, 2], [1, 2, 1]]]]) / 16.0
+        self.conv = conv
+        self.register_buffer("blur_filter", taps.repeat(conv.in_channels, 1, 1, 1))
+
+    def forward(self, x):
+        blurred = F.conv2d(x, self.blur_filter, stride=1, padding=(1, 1),
+                           groups=self.conv.in_channels, bias=None)
+        return self.conv.forward(blurred)
+
+
+def apply_blurpool(module):
+    """FFCV's apply_blurpool: every strided Conv2d with 16 or more input channels."""
+    for name, child in module.named_children():
+        if isinstance(child, torch.nn.Conv2d) and max(child.stride) > 1 and \
+                child.in_channels >= 16:
+            setattr(module, name, BlurPoolConv2d(child))
+        else:
+            apply_blurpool(child)
+
+
+@pytest.mark.parametrize("arch", ["resnet18", "resnet50"])
+def test_blurpool_is_ffcvs_and_loads_into_torchvision(tmp_path, arch):
+    out = tmp_path / "blurpool.pt"
+    subprocess.run([binary("technique_parity_tool"), "blurpool", arch, out], check=True,
+                   timeout=300)
+    got = torch.load(out)
+    state = {k[len("model."):]: v for k, v in got.items() if k.startswith("model.")}
+    net = getattr(torchvision.models, arch)(num_classes=10)
+    net.load_state_dict(state, strict=True)  # the variant keeps torchvision's names and shapes
+    net.eval()
+    with torch.no_grad():
+        plain = net(got["input"])
+        apply_blurpool(net)
+        blurred = net(got["input"])
+    torch.testing.assert_close(got["logits"], blurred, rtol=1e-4, atol=1e-4)
+    assert not torch.allclose(plain, blurred, rtol=1e-3, atol=1e-3), "the blur changed nothing"
