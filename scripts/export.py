@@ -43,7 +43,9 @@ def load(path, arch):
                          "(resnet18, resnet34, resnet50, resnet101, resnet152)")
     model = getattr(torchvision.models, arch)(num_classes=state["fc.weight"].shape[0])
     model.load_state_dict(state, strict=True)
-    image_size = int(config_value(config, "image_size", 224))
+    # The evaluation crop: val_image_size (FixRes), whose 0 means the training crop image_size.
+    image_size = (int(config_value(config, "val_image_size", 0))
+                  or int(config_value(config, "image_size", 224)))
     return model.eval(), arch, image_size, int(config_value(config, "val_resize", 256))
 
 
@@ -101,7 +103,7 @@ def main():
     parser.add_argument("out_dir", type=pathlib.Path)
     parser.add_argument("--arch", help="for a state dict without configuration, e.g. resnet50")
     parser.add_argument("--image-size", type=int, help="evaluation crop (default: the "
-                        "checkpoint's image_size, else 224)")
+                        "checkpoint's val_image_size, else its image_size, else 224)")
     args = parser.parse_args()
     model, arch, image_size, resize = load(args.checkpoint, args.arch)
     image_size = args.image_size or image_size
