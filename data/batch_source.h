@@ -26,8 +26,9 @@ class BatchSource {
   // Positions the source at sample `position` of epoch `epoch` (0 unless resuming mid-epoch).
   // A training epoch's order depends only on the seed and the epoch, and each step takes the next
   // global batch of it (Note [Elastic epoch order] in data/step_shares.h), so a resumed run, at
-  // any world size, continues with exactly the samples not yet trained. Evaluation sources start
-  // at 0.
+  // any world size, continues with exactly the samples not yet trained. The epoch's images are
+  // of the epoch's size, a function of the epoch alone (Note [Image size per epoch] in
+  // data/image_size_schedule.h). Evaluation sources start at 0.
   virtual void start_epoch(int64_t epoch, int64_t position = 0) = 0;
 
   // Batches next_batch() yields from the start position to the end of the epoch. Training: one

@@ -7,6 +7,18 @@
 #include "src/check.h"
 
 namespace trainer {
+namespace {
+
+// (N, S, S, 3) uint8 -> (N, size, size, 3) uint8, bilinear and antialiased as torchvision's
+// Resize: a smaller epoch sees the same pictures, not a crop of them.
+at::Tensor resize_images(const at::Tensor& images, int64_t size) {
+  const at::Tensor nchw = images.permute({0, 3, 1, 2}).to(at::kFloat);
+  const at::Tensor resized =
+      at::_upsample_bilinear2d_aa(nchw, {size, size}, /*align_corners=*/false);
+  return resized.round().clamp(0, 255).to(at::kByte).permute({0, 2, 3, 1}).contiguous();
+}
+
+}  // namespace
 
 MemorySource::MemorySource(LabelledImages data, const MemorySourceOptions& options)
     : data_(std::move(data)), options_(options) {
@@ -17,6 +29,8 @@ MemorySource::MemorySource(LabelledImages data, const MemorySourceOptions& optio
              "the dataset has ", data_.images.size(0), " images, fewer than one batch of ",
              options.batch_size, " per rank on ", options.world_size,
              " ranks; lower batch_size or generate more images");
+  TORCH_INTERNAL_ASSERT(!options.image_sizes ||
+                        options.image_sizes->largest() == data_.images.size(1));
   start_epoch(0);
 }
 
@@ -24,6 +38,8 @@ void MemorySource::start_epoch(int64_t epoch, int64_t position) {
   const int64_t m = data_.images.size(0), b = options_.batch_size;
   const auto longs = at::TensorOptions().dtype(at::kLong);
   next_index_ = 0;
+  image_size_ = options_.training && options_.image_sizes ? options_.image_sizes->at(epoch)
+                                                          : data_.images.size(1);
   if (!options_.training) {
     order_ = at::arange(options_.rank, m, options_.world_size, longs);
     batches_left_ = (order_.size(0) + b - 1) / b;
@@ -51,6 +67,7 @@ Batch MemorySource::next_batch() {
   next_index_ += count;
   Batch batch{data_.images.index_select(0, indices), data_.labels.index_select(0, indices),
               indices};
+  if (image_size_ != batch.images.size(1)) batch.images = resize_images(batch.images, image_size_);
   if (options_.pin_memory) {
     batch.images = batch.images.pin_memory();
     batch.labels = batch.labels.pin_memory();

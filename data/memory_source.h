@@ -2,11 +2,15 @@
 // over ranks. Training: every epoch a permutation from (seed, epoch), the same on all ranks, dealt
 // out step by step (Note [Elastic epoch order] in data/step_shares.h). Evaluation: rank r takes
 // images r, r + world_size, ... in order, so each image is seen exactly once across ranks; the
-// last batch may be short.
+// last batch may be short. With progressive resizing, training batches are resized to the
+// epoch's size.
 #pragma once
+
+#include <optional>
 
 #include "data/batch_source.h"
 #include "data/generated_dataset.h"
+#include "data/image_size_schedule.h"
 
 namespace trainer {
 
@@ -17,6 +21,8 @@ struct MemorySourceOptions {
   bool pin_memory = false;  // allocate batches in pinned memory for asynchronous copies to a GPU
   int rank = 0;             // this process's shard
   int world_size = 1;       // number of shards
+  // Training: each epoch's image size; the images are held at its largest and resized down.
+  std::optional<ImageSizeSchedule> image_sizes;
 };
 
 class MemorySource : public BatchSource {
@@ -33,6 +39,7 @@ class MemorySource : public BatchSource {
   at::Tensor order_;          // this rank's images of the epoch from the start position, in order
   int64_t next_index_ = 0;    // position in order_ of the next batch's first image
   int64_t batches_left_ = 0;  // batches to the end of the epoch
+  int64_t image_size_ = 0;    // this epoch's (Note [Image size per epoch])
 };
 
 }  // namespace trainer

@@ -5,18 +5,22 @@
 
 #include <c10/core/Device.h>
 
+#include <optional>
+
 #include "data/batch_source.h"
+#include "data/image_size_schedule.h"
 
 namespace trainer {
 
 struct SyntheticOptions {
   int64_t batch_size = 256;
-  int64_t image_size = 224;
+  int64_t image_size = 224;  // pixels, unless image_sizes is set
   int64_t num_classes = 1000;
   int64_t batches_per_epoch = 100;  // global batches per epoch at this world size
   uint64_t seed = 0;
   int rank = 0;
   int world_size = 1;
+  std::optional<ImageSizeSchedule> image_sizes;  // each epoch's size (progressive resizing)
 };
 
 class SyntheticSource : public BatchSource {
@@ -29,8 +33,10 @@ class SyntheticSource : public BatchSource {
 
  private:
   SyntheticOptions options_;
-  Batch batch_;
-  int64_t position_ = 0;  // samples into the epoch
+  at::Tensor pixels_;       // (rows x L x L x 3) uint8 on the device; L: the largest size
+  at::Tensor labels_;       // (rows) int64 on the device
+  int64_t image_size_ = 0;  // this epoch's (Note [Image size per epoch])
+  int64_t position_ = 0;    // samples into the epoch
 };
 
 }  // namespace trainer

@@ -48,7 +48,7 @@ struct Chunk {
 };
 
 struct PendingBatch {
-  at::Tensor images;  // (B, S, S, 3) uint8, pinned when the device is a GPU
+  at::Tensor images;  // (B, S, S, 3) uint8, pinned when the device is a GPU; S: the epoch's crop
   at::Tensor labels;  // (B) int64
   at::Tensor ids;     // (B) int64: the record each row was decoded from
   int64_t remaining = 0;
@@ -62,6 +62,7 @@ struct TFRecordSource::Epoch {
   const TFRecordSourceOptions& o;
   int64_t epoch = 0;
   uint64_t epoch_seed = 0;
+  int64_t image_size = 0;     // this epoch's crop, pixels (Note [Image size per epoch])
   std::vector<int64_t> plan;  // this rank's global record ids from the start position on
   int64_t batch_count = 0;  // batches to yield: one per step when training (the last may be empty)
   int64_t epoch_records = 0;  // this rank's share of a whole epoch, for max_bad_fraction
@@ -243,23 +244,33 @@ void TFRecordSource::Epoch::finish_batch(int64_t index, PendingBatch& batch) {
 // view of it). Pinned ones come from LibTorch's caching host allocator instead, which reuses a
 // block only after the asynchronous copies reading it have finished. Both pools are bounded by
 // what is in flight at once, so host memory stays flat from epoch to epoch.
+// With progressive resizing (Note [Image size per epoch]) every batch buffer is sized for the
+// run's largest crop and a batch is a view of its first rows x S x S x 3 bytes: the same buffers
+// serve every epoch, nothing is allocated when the size changes, and the pinned blocks are all of
+// one size (the caching allocator keeps every block it made; a set per size would add up).
 at::Tensor TFRecordSource::Epoch::image_buffer(int64_t rows) {
-  const int64_t s = o.transform.image_size;
+  const int64_t s = image_size, largest = source->largest_image_size();
+  const int64_t capacity = rows * largest * largest * 3;  // bytes
   const auto options = at::TensorOptions().dtype(at::kByte).pinned_memory(o.pin_memory);
-  if (o.pin_memory) return at::empty({rows, s, s, 3}, options);
+  auto batch_view = [&](const at::Tensor& flat) {
+    return flat.narrow(0, 0, rows * s * s * 3).view({rows, s, s, 3});
+  };
+  if (o.pin_memory) return batch_view(at::empty({capacity}, options));
   auto& pool = source->image_pool_;
   for (const at::Tensor& t : pool)  // held by the pool alone: no batch or view still uses it
-    if (t.use_count() == 1 && t.storage().use_count() == 1 && t.size(0) == rows) return t;
-  at::Tensor fresh = at::empty({rows, s, s, 3}, options);
+    if (t.use_count() == 1 && t.storage().use_count() == 1 && t.numel() == capacity)
+      return batch_view(t);
+  at::Tensor fresh = at::empty({capacity}, options);
   if (static_cast<int64_t>(pool.size()) < o.prefetch_batches + 4) pool.push_back(fresh);
-  return fresh;
+  return batch_view(fresh);
 }
 
 void TFRecordSource::Epoch::decode_loop() {
   const int64_t b = o.batch_size, total = static_cast<int64_t>(plan.size());
-  const int64_t s = o.transform.image_size;
+  const int64_t s = image_size;
   TransformOptions transform = o.transform;
   transform.training = o.training;
+  transform.image_size = static_cast<int>(s);
   ImageFeatureParser parser;
   std::string_view encoded;
   int64_t label = 0;
@@ -370,6 +381,16 @@ TFRecordSource::~TFRecordSource() { stop_epoch(); }
 
 int64_t TFRecordSource::total_records() const { return first_record_.back(); }
 
+int64_t TFRecordSource::image_size_of(int64_t epoch) const {
+  const auto& sizes = options_.image_sizes;
+  return options_.training && sizes ? sizes->at(epoch) : options_.transform.image_size;
+}
+
+int64_t TFRecordSource::largest_image_size() const {
+  const auto& sizes = options_.image_sizes;
+  return options_.training && sizes ? sizes->largest() : options_.transform.image_size;
+}
+
 int64_t TFRecordSource::bad_records() const {
   return index_bad_ + bad_in_past_epochs_ + (epoch_ ? epoch_->bad : 0);
 }
@@ -409,6 +430,7 @@ void TFRecordSource::start_epoch(int64_t epoch, int64_t position) {
   auto e = std::make_unique<Epoch>(this, options_);
   e->epoch = epoch;
   e->epoch_seed = mix_seed(o.seed, static_cast<uint64_t>(epoch));
+  e->image_size = image_size_of(epoch);
   RecordTable table({});
   table.first_record = first_record_;
   PlanOptions plan{o.training,      o.seed, o.batch_size, o.shuffle_buffer,
@@ -452,7 +474,7 @@ Batch TFRecordSource::next_batch() {
   if (e.rows_of(index) == 0) {
     // This rank's share of the epoch's short last step is empty (Note [Elastic epoch order]).
     ++e.next_batch;
-    const int64_t s = options_.transform.image_size;
+    const int64_t s = e.image_size;
     const auto longs = at::TensorOptions().dtype(at::kLong);
     return {at::empty({0, s, s, 3}, at::TensorOptions().dtype(at::kByte)), at::empty({0}, longs),
             at::empty({0}, longs)};

@@ -9,11 +9,13 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "data/augment.h"
 #include "data/batch_source.h"
+#include "data/image_size_schedule.h"
 #include "data/tfrecord/index.h"
 
 namespace trainer {
@@ -28,7 +30,9 @@ struct TFRecordSourceOptions {
   int64_t num_classes = 1000;
   int64_t label_offset = 1;    // subtracted from stored labels (ImageNet: 1..1000 -> 0..999)
   TransformOptions transform;  // training flag is taken from `training`
-  bool pin_memory = false;     // batches in pinned memory, for asynchronous copies to a GPU
+  // Training: each epoch's crop (progressive resizing) instead of transform.image_size.
+  std::optional<ImageSizeSchedule> image_sizes;
+  bool pin_memory = false;  // batches in pinned memory, for asynchronous copies to a GPU
   int reader_threads = 2;
   int decode_threads = 1;
   int64_t prefetch_batches = 2;     // decoded batches ready ahead of the consumer
@@ -63,6 +67,8 @@ class TFRecordSource : public BatchSource {
 
  private:
   void stop_epoch();
+  int64_t image_size_of(int64_t epoch) const;  // the crop of `epoch` (training: the schedule's)
+  int64_t largest_image_size() const;          // the run's largest crop: the buffers' size
 
   TFRecordSourceOptions options_;
   std::vector<std::vector<IndexEntry>> indexes_;  // per file

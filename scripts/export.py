@@ -80,7 +80,9 @@ def load(path, arch, weights):
     model.load_state_dict(state, strict=True)
     if str(saved.get("architecture", "")).endswith("-blurpool"):
         apply_blurpool(model)
-    image_size = int(config_value(config, "image_size", 224))
+    # The evaluation crop: val_image_size (FixRes), whose 0 means the training crop image_size.
+    image_size = (int(config_value(config, "val_image_size", 0))
+                  or int(config_value(config, "image_size", 224)))
     return (model.eval(), arch, image_size, int(config_value(config, "val_resize", 256)),
             state_dicts)
 
@@ -139,7 +141,7 @@ def main():
     parser.add_argument("out_dir", type=pathlib.Path)
     parser.add_argument("--arch", help="for a state dict without configuration, e.g. resnet50")
     parser.add_argument("--image-size", type=int, help="evaluation crop (default: the "
-                        "checkpoint's image_size, else 224)")
+                        "checkpoint's val_image_size, else its image_size, else 224)")
     parser.add_argument("--weights", choices=["model", "ema"], default="model",
                         help="a checkpoint's weights, or their EMA")
     args = parser.parse_args()

@@ -50,7 +50,8 @@ void add_options(CLI::App& app, Config& c) {
   add("Device", "cudnn_benchmark", c.cudnn_benchmark, "cuDNN algorithm autotuning");
   add("Data", "data_source", c.data_source, "synthetic | generated | tfrecord");
   add("Data", "batch_size", c.batch_size, "images per GPU and step");
-  add("Data", "image_size", c.image_size, "crop size in pixels");
+  add("Data", "image_size", c.image_size, "training crop, pixels (unless progressive resizing)");
+  add("Data", "val_image_size", c.val_image_size, "evaluation centre crop, pixels; 0: image_size");
   add("Data", "synthetic_batches_per_epoch", c.synthetic_batches_per_epoch, "synthetic epoch");
   add("Data", "generated_classes", c.generated_classes, "generated source: classes");
   add("Data", "generated_train_images", c.generated_train_images, "generated: training images");
@@ -67,6 +68,16 @@ void add_options(CLI::App& app, Config& c) {
   add("Data", "shuffle_buffer", c.shuffle_buffer, "tfrecord: shuffle buffer, records");
   add("Data", "index_cache_dir", c.index_cache_dir, "tfrecord: index files for read-only data");
   add("Data", "val_resize", c.val_resize, "tfrecord: eval shorter side before centre crop");
+  add("Progressive resizing", "progressive_resize_min_size", c.progressive_resize_min_size,
+      "training crop up to start_epoch, pixels; min = max = 0: off (image_size)");
+  add("Progressive resizing", "progressive_resize_max_size", c.progressive_resize_max_size,
+      "training crop from end_epoch on, pixels");
+  add("Progressive resizing", "progressive_resize_start_epoch", c.progressive_resize_start_epoch,
+      "last epoch at min_size, 0-based (FFCV's start_ramp)");
+  add("Progressive resizing", "progressive_resize_end_epoch", c.progressive_resize_end_epoch,
+      "first epoch at max_size, 0-based (FFCV's end_ramp), < epochs");
+  add("Progressive resizing", "progressive_resize_step", c.progressive_resize_step,
+      "sizes between: the ramp rounded to a multiple of this");
   add("Training", "epochs", c.epochs, "training epochs");
   add("Training", "max_steps", c.max_steps, "stop after this many steps; 0: all epochs");
   add("Training", "seed", c.seed, "initialisation and shuffling seed");
@@ -136,6 +147,39 @@ void check(bool ok, const std::string& key, const T& value, const std::string& r
   throw UserError(out.str());
 }
 
+// Progressive resizing (Note [Image size per epoch]), when on. The bounds are multiples of the
+// step, so that every size of the ramp (rounded to the nearest multiple) lies between them;
+// FFCV's figures (160 -> 192 px by 32) are.
+void validate_progressive_resize(const Config& c) {
+  const int64_t min = c.progressive_resize_min_size, max = c.progressive_resize_max_size;
+  const int64_t step = c.progressive_resize_step;
+  check(step >= 1, "progressive_resize_step", step, "must be >= 1 pixel (FFCV: 32)");
+  if (!c.progressive_resize()) return;
+  check(min > 0 && max > 0, min > 0 ? "progressive_resize_max_size" : "progressive_resize_min_size",
+        min > 0 ? max : min,
+        "must be > 0 with the other one set: set both (e.g. 160 and 192), or both to 0 (off)");
+  check(min >= 32, "progressive_resize_min_size", min,
+        "must be >= 32 (ResNet downsamples 32x), e.g. 160");
+  check(min <= max, "progressive_resize_max_size", max,
+        "must be >= progressive_resize_min_size = " + std::to_string(min));
+  for (const auto& [key, size] : {std::pair{"progressive_resize_min_size", min},
+                                  std::pair{"progressive_resize_max_size", max}})
+    check(size % step == 0, key, size,
+          "must be a multiple of progressive_resize_step = " + std::to_string(step) +
+              ": the sizes between are rounded to multiples of it. Fix: round it, or set the "
+              "step to a divisor of both sizes");
+  check(c.progressive_resize_start_epoch >= 0, "progressive_resize_start_epoch",
+        c.progressive_resize_start_epoch, "must be >= 0 (epochs count from 0, as FFCV's)");
+  check(c.progressive_resize_end_epoch > c.progressive_resize_start_epoch,
+        "progressive_resize_end_epoch", c.progressive_resize_end_epoch,
+        "must be > progressive_resize_start_epoch = " +
+            std::to_string(c.progressive_resize_start_epoch));
+  check(c.progressive_resize_end_epoch < c.epochs, "progressive_resize_end_epoch",
+        c.progressive_resize_end_epoch,
+        "must be < epochs = " + std::to_string(c.epochs) +
+            " (0-based: the last epoch is epochs - 1), so that training reaches the largest size");
+}
+
 }  // namespace
 
 void validate_config(const Config& c) {
@@ -158,11 +202,15 @@ void validate_config(const Config& c) {
   check(c.num_classes > 0, "num_classes", c.num_classes, "must be > 0");
   check(c.batch_size > 0, "batch_size", c.batch_size, "must be > 0 (images per GPU)");
   check(c.image_size >= 32, "image_size", c.image_size, "must be >= 32 (ResNet downsamples 32x)");
+  check(c.val_image_size == 0 || c.val_image_size >= 32, "val_image_size", c.val_image_size,
+        "must be 0 (image_size) or >= 32 (ResNet downsamples 32x)");
+  validate_progressive_resize(c);
   // A rank may train a single image (batch_size 1, or its share of an epoch's short last step);
   // below 64 pixels its last feature map is 1x1, and batch norm cannot train on one value.
-  check(c.batch_size > 1 || c.image_size >= 64, "batch_size", c.batch_size,
-        "with image_size < 64 must be >= 2: batch norm needs more than one value per channel, "
-        "and ResNet's last feature map is 1x1 below 64 pixels (or raise image_size to 64)");
+  check(c.batch_size > 1 || c.smallest_train_image_size() >= 64, "batch_size", c.batch_size,
+        "with a training crop < 64 (image_size, or progressive_resize_min_size) must be >= 2: "
+        "batch norm needs more than one value per channel, and ResNet's last feature map is 1x1 "
+        "below 64 pixels (or raise the crop to 64)");
   check(c.synthetic_batches_per_epoch > 0, "synthetic_batches_per_epoch",
         c.synthetic_batches_per_epoch, "must be > 0");
   if (c.data_source == "generated") {
@@ -191,8 +239,10 @@ void validate_config(const Config& c) {
           "must be in [0, 1024] (0: cores / local ranks)");
     check(c.prefetch_batches >= 1, "prefetch_batches", c.prefetch_batches, "must be >= 1");
     check(c.shuffle_buffer >= 0, "shuffle_buffer", c.shuffle_buffer, "must be >= 0");
-    check(c.val_resize >= c.image_size, "val_resize", c.val_resize,
-          "must be >= image_size (the centre crop is taken from the resized image)");
+    check(c.val_resize >= c.eval_image_size(), "val_resize", c.val_resize,
+          "must be >= the evaluation crop (val_image_size, else image_size) = " +
+              std::to_string(c.eval_image_size()) +
+              ": the centre crop is taken from the resized image");
   }
   check(c.epochs > 0, "epochs", c.epochs, "must be > 0");
   check(c.max_steps >= 0, "max_steps", c.max_steps, "must be >= 0 (0: run all epochs)");

@@ -38,7 +38,8 @@ struct Config {
   // Data.
   std::string data_source = "synthetic";  // synthetic (fixed random batch) | generated (in memory)
   int64_t batch_size = 256;               // images per GPU (per process) and step
-  int64_t image_size = 224;               // training and evaluation crop, pixels
+  int64_t image_size = 224;               // training crop, pixels (and val_image_size's default)
+  int64_t val_image_size = 0;             // evaluation centre crop, pixels; 0: image_size
   int64_t synthetic_batches_per_epoch = 100;
   int64_t generated_classes = 10;         // generated source: classes (<= num_classes)
   int64_t generated_train_images = 2000;  // generated source: training images
@@ -56,6 +57,15 @@ struct Config {
   int64_t shuffle_buffer = 1024;  // records mixed across read blocks (training)
   std::string index_cache_dir = "/tmp/resnet-trainer-index";  // index files when data is read-only
   int64_t val_resize = 256;  // evaluation: shorter side before the centre crop
+
+  // Progressive resizing (FFCV): each epoch's training crop instead of image_size, a linear ramp
+  // from min to max between two epochs in multiples of step (Note [Image size per epoch] in
+  // data/image_size_schedule.h). min = max = 0: off.
+  int64_t progressive_resize_min_size = 0;     // pixels, up to start_epoch
+  int64_t progressive_resize_max_size = 0;     // pixels, from end_epoch on
+  int64_t progressive_resize_start_epoch = 0;  // 0-based, as FFCV's start_ramp
+  int64_t progressive_resize_end_epoch = 0;    // 0-based, as FFCV's end_ramp
+  int64_t progressive_resize_step = 32;        // sizes on the ramp: multiples of this
 
   // Training length and loss.
   int64_t epochs = 90;
@@ -132,6 +142,14 @@ struct Config {
     return global_batch > 0 ? std::max<int64_t>(1, global_batch / images_per_micro_batch()) : 1;
   }
   int64_t images_per_step() const { return micro_batches() * images_per_micro_batch(); }
+  int64_t eval_image_size() const { return val_image_size > 0 ? val_image_size : image_size; }
+  bool progressive_resize() const {
+    return progressive_resize_min_size != 0 || progressive_resize_max_size != 0;
+  }
+  // The smallest training crop of the run, pixels.
+  int64_t smallest_train_image_size() const {
+    return progressive_resize() ? progressive_resize_min_size : image_size;
+  }
 };
 
 // Parses `train [--config FILE] [--key value ...]` and validates the result. Returns nullopt after

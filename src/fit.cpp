@@ -15,6 +15,7 @@
 #include "src/interval_log.h"
 #include "src/lr_schedule.h"
 #include "src/process_stats.h"
+#include "src/sources.h"
 #include "src/stop_signal.h"
 #include "src/weights.h"
 
@@ -308,6 +309,7 @@ class TrainingLoop {
     try {
       if (at_.eval_pending && val_) evaluate(at_.epoch - 1);  // stopped before it ran
       while (at_.epoch < config_.epochs && at_.step < total_) {
+        announce_image_size(at_.epoch);
         train_.start_epoch(at_.epoch, at_.samples_in_epoch);
         const int64_t epoch = at_.epoch;
         while (at_.epoch == epoch && at_.step < total_)
@@ -362,8 +364,8 @@ class TrainingLoop {
     if (epoch_done) at_ = {at_.step, epoch + 1, 0};
     const int64_t step = at_.step;
     if (step % config_.log_every_steps == 0 || step == total_)
-      result_.final_loss =
-          interval_.flush(trainer_, train_, {epoch, epoch_fraction, step, total_, lr}, metrics_);
+      result_.final_loss = interval_.flush(
+          trainer_, train_, {epoch, epoch_fraction, step, total_, lr, image_size_}, metrics_);
     const bool eval_now = val_ && config_.eval_every_epochs > 0 && epoch_done &&
                           (epoch + 1) % config_.eval_every_epochs == 0;
     at_.eval_pending = eval_now;  // until evaluate() has run: a checkpoint before carries it over
@@ -405,6 +407,23 @@ class TrainingLoop {
         newest ? newest->string() : std::string("its start (no checkpoint yet)")));
   }
 
+  // The training crop of `epoch`, which the source yields from start_epoch on (Note [Image size
+  // per epoch]); logged under progressive resizing at the start and when it changes. cuDNN
+  // (cudnn_benchmark, set once for the process in main_train.cpp) keys its algorithm cache by the
+  // convolutions' shapes, so it times its algorithms again by itself once for each new size, on
+  // that size's first steps, and reuses them from then on.
+  void announce_image_size(int64_t epoch) {
+    const int64_t size = train_image_size(config_, epoch);
+    if (config_.progressive_resize() && image_size_ == 0)
+      spdlog::info("epoch {}: training crop {} px (progressive resizing {} -> {} px, epochs {}-{})",
+                   epoch + 1, size, config_.progressive_resize_min_size,
+                   config_.progressive_resize_max_size, config_.progressive_resize_start_epoch + 1,
+                   config_.progressive_resize_end_epoch + 1);
+    else if (config_.progressive_resize() && size != image_size_)
+      spdlog::info("epoch {}: training crop {} -> {} px", epoch + 1, image_size_, size);
+    image_size_ = size;
+  }
+
   void evaluate(int64_t epoch) {
     if (!eval_previewed_ && trainer_.is_rank0())
       write_eval_preview(trainer_, *val_, at_.step, metrics_);
@@ -433,6 +452,7 @@ class TrainingLoop {
   Progress at_;
   int64_t total_ = 0;  // steps in the whole run
   int64_t steps_this_run_ = 0;
+  int64_t image_size_ = 0;  // the training crop of the epoch under way, pixels; 0 before the first
   bool eval_previewed_ = false;
   FitResult result_;
 };

@@ -62,6 +62,7 @@ double IntervalLog::flush(const Trainer& trainer, const BatchSource& train, cons
                           {"images_per_s", images_per_s},
                           {"loss", loss},
                           {"lr", at.lr},
+                          {"image_size", at.image_size},
                           {"loss_scale", scale},
                           {"input_wait_ms", spread.input_wait_ms},
                           {"compute_spread_ms", spread.compute_spread_ms},

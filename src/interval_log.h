@@ -33,6 +33,7 @@ class IntervalLog {
     int64_t step = 0;           // steps done
     int64_t total_steps = 0;    // steps in the whole run
     double lr = 0;              // that step's learning rate
+    int64_t image_size = 0;     // that step's training crop, pixels (progressive resizing)
   };
   // Collective: reads the device (the loop's only host sync), gathers over the ranks and writes
   // the log line and metrics. Returns the interval's mean loss.

@@ -28,8 +28,11 @@ std::unique_ptr<BatchSource> make_tfrecord_source(const Config& config, c10::Dev
   o.world_size = config.world_size;
   o.num_classes = config.num_classes;
   o.label_offset = config.label_offset;
-  o.transform.image_size = static_cast<int>(config.image_size);
+  // FixRes: the evaluation crop may differ from the training crop (val_image_size).
+  o.transform.image_size =
+      static_cast<int>(training ? config.image_size : config.eval_image_size());
   o.transform.val_resize = static_cast<int>(config.val_resize);
+  if (training) o.image_sizes = progressive_image_sizes(config);
   o.pin_memory = device.is_cuda();
   o.reader_threads = static_cast<int>(config.reader_threads);
   // Default: this node's cores shared evenly among its ranks.
@@ -48,6 +51,18 @@ std::unique_ptr<BatchSource> make_tfrecord_source(const Config& config, c10::Dev
 
 }  // namespace
 
+std::optional<ImageSizeSchedule> progressive_image_sizes(const Config& config) {
+  if (!config.progressive_resize()) return std::nullopt;
+  return ImageSizeSchedule{config.progressive_resize_min_size, config.progressive_resize_max_size,
+                           config.progressive_resize_start_epoch,
+                           config.progressive_resize_end_epoch, config.progressive_resize_step};
+}
+
+int64_t train_image_size(const Config& config, int64_t epoch) {
+  const auto sizes = progressive_image_sizes(config);
+  return sizes ? sizes->at(epoch) : config.image_size;
+}
+
 void build_tfrecord_indexes(const Config& config, int local_rank, int local_size) {
   if (config.data_source != "tfrecord") return;
   for (const auto& [key, pattern] :
@@ -64,7 +79,7 @@ Sources make_sources(const Config& config, c10::Device device, int rank) {
     SyntheticOptions options{config.batch_size,  config.image_size,
                              config.num_classes, config.synthetic_batches_per_epoch,
                              config.seed,        rank,
-                             config.world_size};
+                             config.world_size,  progressive_image_sizes(config)};
     sources.train = std::make_unique<SyntheticSource>(options, device);
     return sources;
   }
@@ -78,13 +93,18 @@ Sources make_sources(const Config& config, c10::Device device, int rank) {
     return sources;
   }
   // generated: a training split and a held-out split of the same classes, drawn with other seeds.
+  // The training images at the run's largest size (resized down for smaller epochs), the
+  // held-out ones at the evaluation crop.
+  const auto sizes = progressive_image_sizes(config);
   GeneratedDatasetOptions data{config.generated_classes, config.generated_train_images,
-                               config.image_size, config.seed};
-  MemorySourceOptions train{
-      config.batch_size, /*training=*/true, config.seed, device.is_cuda(), rank, config.world_size};
+                               sizes ? sizes->largest() : config.image_size, config.seed};
+  MemorySourceOptions train{config.batch_size,
+                            /*training=*/true, config.seed, device.is_cuda(), rank,
+                            config.world_size, sizes};
   if (!config.evaluate_only)
     sources.train = std::make_unique<MemorySource>(generate_labelled_images(data), train);
   data.images = config.generated_val_images;
+  data.image_size = config.eval_image_size();
   data.seed = config.seed + 1;
   MemorySourceOptions val{
       config.batch_size, /*training=*/false, config.seed, device.is_cuda(), rank,

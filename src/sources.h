@@ -4,8 +4,10 @@
 #include <c10/core/Device.h>
 
 #include <memory>
+#include <optional>
 
 #include "data/batch_source.h"
+#include "data/image_size_schedule.h"
 #include "src/config.h"
 
 namespace trainer {
@@ -18,6 +20,12 @@ struct Sources {
 // `rank` is this process's index among config.world_size; each rank gets its own part of every
 // epoch and the same number of training batches.
 Sources make_sources(const Config& config, c10::Device device, int rank = 0);
+
+// The training crop of each epoch under progressive resizing; nullopt: image_size throughout.
+std::optional<ImageSizeSchedule> progressive_image_sizes(const Config& config);
+
+// The training crop of `epoch` (0-based), pixels: what the training source yields that epoch.
+int64_t train_image_size(const Config& config, int64_t epoch);
 
 // TFRecord data (a no-op for other sources): builds the missing index files, this rank scanning
 // its share of the files among the `local_size` ranks of its node, so each file is scanned once

@@ -45,6 +45,22 @@ TEST(Config, DefaultsAreValid) {
   EXPECT_EQ(config->batch_size, 256);
 }
 
+TEST(Config, FixResAndProgressiveResizing) {
+  // torchvision's V2 recipe: train at 176, evaluate the centre 224 of the shorter side at 232.
+  auto v2 = parse({"--image_size", "176", "--val_image_size", "224", "--val_resize", "232"});
+  EXPECT_EQ(v2->image_size, 176);
+  EXPECT_EQ(v2->eval_image_size(), 224);
+  EXPECT_FALSE(v2->progressive_resize());
+  EXPECT_EQ(parse({"--image_size", "192"})->eval_image_size(), 192);  // 0: the training crop
+  // FFCV's 16-epoch ResNet-50: 160 -> 192 px over epochs 11 to 13.
+  auto ffcv = parse({"--epochs", "16", "--progressive_resize_min_size", "160",
+                     "--progressive_resize_max_size", "192", "--progressive_resize_start_epoch",
+                     "11", "--progressive_resize_end_epoch", "13", "--val_image_size", "256",
+                     "--val_resize", "292"});
+  EXPECT_TRUE(ffcv->progressive_resize());
+  EXPECT_EQ(ffcv->smallest_train_image_size(), 160);
+}
+
 TEST(Config, FileValuesAndCommandLineOverrides) {
   auto path = write_file("a.toml",
                          "# comment\narch = \"resnet18\"\nbatch_size = 8\n"
@@ -168,7 +184,38 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{{"--ema_decay", "1"}, "ema_decay"},
         BadValue{{"--ema_half_life_images", "-5"}, "ema_half_life_images"},
         BadValue{{"--ema_decay", "0.999", "--ema_half_life_images", "1e6"}, "ema_half_life_images"},
-        BadValue{{"--ema_every_steps", "0"}, "ema_every_steps"}),
+        BadValue{{"--ema_every_steps", "0"}, "ema_every_steps"},
+        BadValue{{"--val_image_size", "16"}, "val_image_size"},
+        BadValue{{"--data_source", "tfrecord", "--train_data", "/data/train-*", "--val_image_size",
+                  "288", "--val_resize", "256"},
+                 "val_resize"},
+        BadValue{{"--progressive_resize_step", "0"}, "progressive_resize_step"},
+        BadValue{{"--progressive_resize_min_size", "160"}, "progressive_resize_max_size"},
+        BadValue{{"--progressive_resize_max_size", "192"}, "progressive_resize_min_size"},
+        BadValue{{"--progressive_resize_min_size", "16", "--progressive_resize_max_size", "32",
+                  "--progressive_resize_step", "16", "--progressive_resize_end_epoch", "2"},
+                 "progressive_resize_min_size"},
+        BadValue{{"--progressive_resize_min_size", "192", "--progressive_resize_max_size", "160",
+                  "--progressive_resize_end_epoch", "2"},
+                 "progressive_resize_max_size"},
+        BadValue{{"--progressive_resize_min_size", "150", "--progressive_resize_max_size", "192",
+                  "--progressive_resize_end_epoch", "2"},
+                 "progressive_resize_min_size"},
+        BadValue{{"--progressive_resize_min_size", "160", "--progressive_resize_max_size", "200",
+                  "--progressive_resize_end_epoch", "2"},
+                 "progressive_resize_max_size"},
+        BadValue{{"--progressive_resize_min_size", "160", "--progressive_resize_max_size", "192",
+                  "--progressive_resize_start_epoch", "-1", "--progressive_resize_end_epoch", "2"},
+                 "progressive_resize_start_epoch"},
+        BadValue{{"--progressive_resize_min_size", "160", "--progressive_resize_max_size", "192",
+                  "--progressive_resize_start_epoch", "5", "--progressive_resize_end_epoch", "5"},
+                 "progressive_resize_end_epoch"},
+        BadValue{{"--epochs", "16", "--progressive_resize_min_size", "160",
+                  "--progressive_resize_max_size", "192", "--progressive_resize_end_epoch", "16"},
+                 "progressive_resize_end_epoch"},
+        BadValue{{"--batch_size", "1", "--progressive_resize_min_size", "32",
+                  "--progressive_resize_max_size", "224", "--progressive_resize_end_epoch", "2"},
+                 "batch_size"}),
     [](const ::testing::TestParamInfo<BadValue>& info) {
       return info.param.key + "_" + std::to_string(info.index);
     });

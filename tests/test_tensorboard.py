@@ -47,10 +47,11 @@ def test_every_metric_is_a_scalar_at_its_step(tmp_path):
             if key in ("event", "time", "step") or not isinstance(value, (int, float)):
                 continue
             expected.setdefault(f"{event['event']}/{key}", []).append((event.get("step", 0), value))
-    for tag in ["train/loss", "train/lr", "train/images_per_s", "train/loss_scale",
-                "train/input_wait_ms", "train/compute_spread_ms", "train/skipped_steps",
-                "train/bad_records", "train/epoch_progress", "train/seconds_left", "eval/top1",
-                "eval/top5", "startup/seconds_to_first_step", "startup/bytes_read"]:
+    for tag in ["train/loss", "train/lr", "train/images_per_s", "train/image_size",
+                "train/loss_scale", "train/input_wait_ms", "train/compute_spread_ms",
+                "train/skipped_steps", "train/bad_records", "train/epoch_progress",
+                "train/seconds_left", "eval/top1", "eval/top5", "startup/seconds_to_first_step",
+                "startup/bytes_read"]:
         assert tag in tags, f"{tag} missing from {sorted(tags)}"
     assert sorted(tags) == sorted(expected)
     for tag, points in expected.items():

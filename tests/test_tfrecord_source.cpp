@@ -1,6 +1,6 @@
 // The TFRecord batch source end to end on small generated files: batch shapes and labels,
 // determinism whatever the thread counts, equal steps on all ranks (a short last step included),
-// evaluation counting each image once, and the bad-record policies.
+// evaluation counting each image once, the bad-record policies, and each epoch's image size.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <malloc.h>
@@ -15,6 +15,7 @@
 
 #include "data/tfrecord_source.h"
 #include "src/check.h"
+#include "src/sources.h"
 #include "tests/tfrecord_test_util.h"
 
 namespace trainer {
@@ -255,6 +256,81 @@ TEST(TFRecordSource, TooLittleDataIsAClearError) {
   const auto files = testing::write_dataset(dir, {3});
   auto o = options(files, true);
   EXPECT_THROW(TFRecordSource{o}, UserError);  // 3 records < one batch of 4
+}
+
+TEST(TFRecordSource, TrainingTakesEachEpochsScheduledSizeFromItsStart) {
+  TempDir dir;
+  const auto files = testing::write_dataset(dir, {20, 13, 7});
+  auto o = options(files, true);
+  TFRecordSource fixed(o);  // 32 px every epoch
+  o.image_sizes = ImageSizeSchedule{32, 96, 0, 3, 32};
+  TFRecordSource progressive(o);
+  const std::vector<int64_t> expected = {32, 64, 64, 96};  // 53.3 and 74.7 px round to 64
+  for (int64_t e = 0; e < 4; ++e)
+    for (const Batch& b : epoch(progressive, e)) {
+      const int64_t rows = b.labels.size(0), s = expected[e];
+      EXPECT_EQ(b.images.sizes(), (std::vector<int64_t>{rows, s, s, 3})) << "epoch " << e;
+      // A view of a buffer sized for the largest crop, whatever the epoch's (Note [Recycled
+      // buffers]): no allocation when the size changes.
+      EXPECT_EQ(b.images.storage().nbytes(), static_cast<size_t>(rows * 96 * 96 * 3));
+    }
+  // The same pictures as without a schedule at the same size.
+  const auto a = epoch(fixed, 0), b = epoch(progressive, 0);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i].images.equal(b[i].images)) << i;
+  // Resumed 16 images into epoch 3: its size, and the batches the whole epoch had from there.
+  const auto whole = epoch(progressive, 3);
+  progressive.start_epoch(3, 16);
+  ASSERT_EQ(progressive.batches_left(), static_cast<int64_t>(whole.size()) - 4);
+  for (size_t i = 4; i < whole.size(); ++i)
+    EXPECT_TRUE(progressive.next_batch().images.equal(whole[i].images)) << "batch " << i;
+}
+
+// The seam (src/sources.cpp): FixRes's evaluation crop and resize, and the schedule, reach every
+// kind of source.
+TEST(Sources, EvaluationTakesValImageSizeAndTrainingEachEpochsSize) {
+  TempDir dir;
+  const auto files = testing::write_dataset(dir, {12, 12});
+  Config c;
+  c.train_data = c.val_data = (dir.path() / "train-*").string();
+  c.batch_size = 4;
+  c.num_classes = 10;
+  c.image_size = 32;
+  c.val_image_size = 48;
+  c.val_resize = 56;
+  c.epochs = 4;
+  c.warmup_epochs = 0;
+  c.progressive_resize_min_size = 32;
+  c.progressive_resize_max_size = 64;
+  c.progressive_resize_end_epoch = 2;
+  c.decode_threads = c.reader_threads = 1;
+  c.generated_classes = 2;
+  c.generated_train_images = 16;
+  c.generated_val_images = 8;
+  c.synthetic_batches_per_epoch = 2;
+  const std::vector<int64_t> expected = {32, 64, 64, 64};  // epoch 1: 48 px, a tie, goes to 64
+  for (const std::string source : {"tfrecord", "generated", "synthetic"}) {
+    c.data_source = source;
+    validate_config(c);
+    Sources sources = make_sources(c, c10::Device(c10::kCPU));
+    for (int64_t e = 0; e < 4; ++e) {
+      ASSERT_EQ(train_image_size(c, e), expected[e]);
+      sources.train->start_epoch(e);
+      const Batch b = sources.train->next_batch();
+      EXPECT_EQ(b.images.sizes(), (std::vector<int64_t>{4, expected[e], expected[e], 3}))
+          << source << ", epoch " << e;
+    }
+    if (source == "synthetic") continue;  // no held-out data
+    sources.val->start_epoch(0);
+    const Batch v = sources.val->next_batch();
+    EXPECT_EQ(v.images.sizes(), (std::vector<int64_t>{4, 48, 48, 3})) << source;
+    if (source != "tfrecord") continue;
+    auto o = options(files, false);  // centre 48 of the shorter side resized to 56
+    o.transform.image_size = 48;
+    o.transform.val_resize = 56;
+    TFRecordSource direct(o);
+    EXPECT_TRUE(epoch(direct, 0).front().images.equal(v.images));
+  }
 }
 
 // Heap bytes in use (every glibc arena, mmapped blocks included): what the process holds,
