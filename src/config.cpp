@@ -2,7 +2,9 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -26,10 +28,23 @@ const std::vector<std::string> kCompression = {"none", "fp16", "bf16"};
 const std::vector<std::string> kTrainable = {"all", "classifier"};
 const std::vector<std::string> kLosses = {"cross_entropy", "bce"};
 
+// A double as --help and config.toml show it: as iostreams print it (6 significant digits) where
+// that reads back as the same value, else the shortest text that does (3.0517578125e-05, not
+// 3.05176e-05), so that the resolved config.toml reproduces every value exactly.
+std::string exact_text(double value) {
+  std::ostringstream out;
+  out << value;
+  if (std::strtod(out.str().c_str(), nullptr) == value) return out.str();
+  char text[32];
+  return std::string(text, std::to_chars(text, text + sizeof text, value).ptr);
+}
+
 // Binds every key of `c` to an option whose default is its current value, grouped for --help.
 void add_options(CLI::App& app, Config& c) {
   auto add = [&](const char* group, const char* key, auto& field, const char* help) {
     CLI::Option* option = app.add_option(std::string("--") + key, field, help);
+    if constexpr (std::is_floating_point_v<std::decay_t<decltype(field)>>)
+      option->default_function([&field] { return exact_text(field); });
     option->capture_default_str()->group(group);
     // A key given twice (file, then command line; or twice on the command line): the last wins.
     if constexpr (!std::is_same_v<std::decay_t<decltype(field)>, std::vector<int64_t>>)

@@ -84,6 +84,20 @@ TEST(Config, ResolvedTomlReadsBackToTheSameConfig) {
   EXPECT_EQ(again->lr_step_epochs, (std::vector<int64_t>{10, 20}));
 }
 
+TEST(Config, ResolvedTomlKeepsEveryDigit) {
+  // iostreams' 6 significant digits would write 3.05176e-05 and 0.998908.
+  auto config = parse(
+      {"--weight_decay", "3.0517578125e-05", "--base_lr", "0.10625", "--momentum", "0.9989077333"});
+  const std::string toml = config_to_toml(*config);
+  EXPECT_NE(toml.find("weight_decay = 3.0517578125e-05\n"), std::string::npos) << toml;
+  EXPECT_NE(toml.find("base_lr = 0.10625\n"), std::string::npos) << toml;
+  EXPECT_NE(toml.find("momentum = 0.9989077333\n"), std::string::npos) << toml;
+  EXPECT_NE(toml.find("label_smoothing = 0.1\n"), std::string::npos) << toml;  // short stays short
+  auto again = parse({"--config", write_file("digits.toml", toml).string()});
+  EXPECT_EQ(again->weight_decay, 3.0517578125e-05);
+  EXPECT_EQ(again->momentum, 0.9989077333);
+}
+
 TEST(Config, ShippedConfigsAreValid) {
   int checked = 0;
   for (const auto& entry : fs::directory_iterator(TRAINER_CONFIG_DIR)) {
