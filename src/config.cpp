@@ -24,6 +24,8 @@ const std::vector<std::string> kSchedules = {"cosine", "step", "poly"};
 const std::vector<std::string> kGradAverage = {"pre", "post"};
 const std::vector<std::string> kCompression = {"none", "fp16", "bf16"};
 const std::vector<std::string> kTrainable = {"all", "classifier"};
+const std::vector<std::string> kAutoAugment = {"none", "trivialaugment_wide", "randaugment",
+                                               "autoaugment_imagenet"};
 
 // Binds every key of `c` to an option whose default is its current value, grouped for --help.
 void add_options(CLI::App& app, Config& c) {
@@ -65,6 +67,13 @@ void add_options(CLI::App& app, Config& c) {
   add("Data", "shuffle_buffer", c.shuffle_buffer, "tfrecord: shuffle buffer, records");
   add("Data", "index_cache_dir", c.index_cache_dir, "tfrecord: index files for read-only data");
   add("Data", "val_resize", c.val_resize, "tfrecord: eval shorter side before centre crop");
+  add("Data", "auto_augment", c.auto_augment,
+      "tfrecord training: none | trivialaugment_wide | randaugment | autoaugment_imagenet");
+  add("Data", "randaugment_num_ops", c.randaugment_num_ops, "randaugment: ops per image, 1-16");
+  add("Data", "randaugment_magnitude", c.randaugment_magnitude,
+      "randaugment: magnitude bin of 31, 0-30");
+  add("Data", "random_erasing", c.random_erasing,
+      "tfrecord training: probability of erasing a rectangle, 0-1");
   add("Training", "epochs", c.epochs, "training epochs");
   add("Training", "max_steps", c.max_steps, "stop after this many steps; 0: all epochs");
   add("Training", "seed", c.seed, "initialisation and shuffling seed");
@@ -166,6 +175,18 @@ void validate_config(const Config& c) {
   }
   // Data: TFRecord input pipeline.
   check_member("bad_record_policy", c.bad_record_policy, kBadRecordPolicies);
+  check_member("auto_augment", c.auto_augment, kAutoAugment);
+  check(c.randaugment_num_ops >= 1 && c.randaugment_num_ops <= 16, "randaugment_num_ops",
+        c.randaugment_num_ops, "must be in [1, 16] (torchvision's default is 2)");
+  check(c.randaugment_magnitude >= 0 && c.randaugment_magnitude <= 30, "randaugment_magnitude",
+        c.randaugment_magnitude, "must be in [0, 30]: a bin of RandAugment's 31 (default 9)");
+  check(c.random_erasing >= 0 && c.random_erasing <= 1, "random_erasing", c.random_erasing,
+        "must be a probability in [0, 1]");
+  // The synthetic and generated sources hand out ready tensors: nothing would be augmented.
+  check(c.data_source == "tfrecord" || (c.auto_augment == "none" && c.random_erasing == 0),
+        "data_source", c.data_source,
+        "does not augment: auto_augment and random_erasing need data_source = tfrecord "
+        "(or set auto_augment = none and random_erasing = 0)");
   if (c.data_source == "tfrecord") {
     if (c.evaluate_only)  // reads the validation files alone
       check(!c.val_data.empty(), "val_data", "''",
