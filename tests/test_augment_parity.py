@@ -1,6 +1,7 @@
 """Augmentation ops against torchvision 0.26's transforms.v2 on a crop of a real photograph: the C++
 ops (data/augment_ops.cpp, run one at a time by augment_parity_tool) equal torchvision's for the
-pixel-wise ops and come within a PSNR bound for the geometric ones; the policies' magnitude tables
+pixel-wise ops and come within a PSNR bound for the geometric ones (identical on the build VM,
+see GEOMETRIC_PSNR_DB); the policies' magnitude tables
 equal torchvision's bit for bit; random erasing with the mean colour equals torchvision's erasing
 with 0 after Normalize to within half a uint8 step. `pytest -s` prints the measured figures."""
 import math
@@ -17,11 +18,13 @@ from torchvision.transforms.v2 import functional as F
 from conftest import PHOTOS, binary
 
 HEIGHT, WIDTH = 144, 176  # not square, so that a width / height mix-up shows
-# Geometric ops: both sample the source at the same coordinates, but OpenCV's nearest rounds a
-# coordinate half up (in 1/1024-pixel fixed point) and torch's grid_sample half to even (in
-# float32): exact halves (shear 0.6 about the corner puts a fifth of the rows on them) and
-# coordinates within ~1/1024 of one take the neighbour (see warp() in data/augment_ops.cpp). On
-# this photograph a shift of one pixel everywhere scores 30-32 dB; the bound sits well above.
+# Geometric ops: data/augment_ops.cpp's warp() repeats torch's float32 grid arithmetic and
+# grid_sample's rounding half to even, so on the build VM (torch 2.11 on AVX-512) the outputs are
+# identical. The bound leaves room for a torch build whose grid arithmetic rounds otherwise: only
+# pixels whose source lies on a half could then differ (a shear of 0.6 about the corner puts a
+# fifth of the rows there; OpenCV's warpAffine, rounding half up, scored 43-44 dB and 7-8% of
+# the pixels). On this photograph a shift of one pixel everywhere scores 30-32 dB.
+MAX_DIFFERING = 0.10  # fraction of the pixels
 GEOMETRIC_PSNR_DB = 40.0
 PHOTO = "RainDrops.jpg"  # textured: a one-pixel error shows (the first photograph if absent)
 MEAN = (0.485, 0.456, 0.406)
@@ -114,6 +117,7 @@ def test_geometric_ops_within_psnr(photo, tmp_path, name, magnitude):
     print(f"{name} {magnitude:+.2f}: PSNR {figure:.1f} dB, pixels differing {differing:.3%}, "
           f"PSNR against the input {psnr(expected, image):.1f} dB")
     assert figure >= GEOMETRIC_PSNR_DB
+    assert differing <= MAX_DIFFERING
     assert psnr(expected, image) < GEOMETRIC_PSNR_DB  # the op moved the picture
 
 
