@@ -63,6 +63,7 @@ bool transform_image(std::string_view encoded, const TransformOptions& options, 
     cv::Mat image(s, s, CV_8UC3, out);
     cv::flip(image, image, 1);  // in place, around the vertical axis
   }
+  apply_augment_policy(options.policy, out, s, s, rng);  // See Note [Augmentation draws]
   return true;
 }
 

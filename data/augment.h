@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "data/augment_policy.h"
 #include "data/jpeg/decode.h"
 
 namespace trainer {
@@ -32,10 +33,12 @@ struct TransformOptions {
   int image_size = 224;  // output crop, pixels
   int val_resize = 256;  // evaluation: shorter side before the centre crop
   RandomResizedCropOptions crop;
+  AugmentPolicyOptions policy;  // training: after the crop and flip (data/augment_policy.h)
 };
 
 // Decodes and transforms one image into `out` ((image_size, image_size, 3) uint8) using the
-// sample's own `seed` (training crop and flip). False + `error` when the image is undecodable.
+// sample's own `seed` (training crop, flip and augmentation policy). False + `error` when the image
+// is undecodable.
 bool transform_image(std::string_view encoded, const TransformOptions& options, uint64_t seed,
                      uint8_t* out, std::string* error);
 

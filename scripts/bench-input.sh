@@ -4,6 +4,8 @@
 # threads for the training and evaluation transforms, then the peers on the same images in the
 # same run: torchvision ImageFolder + DataLoader (PIL), tf.data with decode_and_crop_jpeg and
 # DALI's CPU pipeline.
+# POLICIES="none randaugment ..." also times the training transform with those auto_augment
+# policies, and ERASING="0 0.5" with those random_erasing probabilities (bench-input only).
 # Usage: scripts/bench-input.sh  (BUILD_DIR, BENCH_DIR, IMAGES_PER_CLASS, THREADS override)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -13,6 +15,8 @@ dir=${BENCH_DIR:-/tmp/bench-input}
 per_class=${IMAGES_PER_CLASS:-40}
 threads=${THREADS:-1 2}
 timed=${TIMED_IMAGES:-3000}
+policies=${POLICIES:-none}
+erasing=${ERASING:-0}
 
 # DALI (200 MB, with its own CUDA libraries) goes into a venv of its own, on first use, so that
 # the build's venv keeps the one CUDA runtime and NCCL the trainer links; without network its
@@ -31,7 +35,8 @@ if [ ! -d "$dir/folder" ]; then
 fi
 # shellcheck disable=SC2086
 "$build/bench-input" "$dir/records/train-*" --threads $threads --transforms train val \
-  --images "$timed" --reader-threads 1 --index-cache-dir "$dir/index"
+  --images "$timed" --reader-threads 1 --index-cache-dir "$dir/index" \
+  --auto-augment $policies --random-erasing $erasing
 # shellcheck disable=SC2086
 "$python" "$root/scripts/bench_input_peers.py" --folder "$dir/folder" \
   --records "$dir/records/train-*" --threads $threads --images "$timed" --peers torchvision tf.data

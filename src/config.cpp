@@ -38,6 +38,8 @@ std::string exact_text(double value) {
   char text[32];
   return std::string(text, std::to_chars(text, text + sizeof text, value).ptr);
 }
+const std::vector<std::string> kAutoAugment = {"none", "trivialaugment_wide", "randaugment",
+                                               "autoaugment_imagenet"};
 
 // Binds every key of `c` to an option whose default is its current value, grouped for --help.
 void add_options(CLI::App& app, Config& c) {
@@ -83,6 +85,16 @@ void add_options(CLI::App& app, Config& c) {
   add("Data", "shuffle_buffer", c.shuffle_buffer, "tfrecord: shuffle buffer, records");
   add("Data", "index_cache_dir", c.index_cache_dir, "tfrecord: index files for read-only data");
   add("Data", "val_resize", c.val_resize, "tfrecord: eval shorter side before centre crop");
+  add("Augmentation", "auto_augment", c.auto_augment,
+      "tfrecord training: none | trivialaugment_wide | randaugment | autoaugment_imagenet");
+  add("Augmentation", "randaugment_num_ops", c.randaugment_num_ops,
+      "randaugment: ops per image, 1-16");
+  add("Augmentation", "randaugment_magnitude", c.randaugment_magnitude,
+      "randaugment: magnitude bin of 31, 0-30");
+  add("Augmentation", "random_erasing", c.random_erasing,
+      "tfrecord training: probability of erasing a rectangle, 0-1");
+  add("Augmentation", "mixup_alpha", c.mixup_alpha, "MixUp's Beta(alpha, alpha); 0: off");
+  add("Augmentation", "cutmix_alpha", c.cutmix_alpha, "CutMix's Beta(alpha, alpha); 0: off");
   add("Progressive resizing", "progressive_resize_min_size", c.progressive_resize_min_size,
       "training crop up to start_epoch, pixels; min = max = 0: off (image_size)");
   add("Progressive resizing", "progressive_resize_max_size", c.progressive_resize_max_size,
@@ -98,8 +110,6 @@ void add_options(CLI::App& app, Config& c) {
   add("Training", "seed", c.seed, "initialisation and shuffling seed");
   add("Training", "label_smoothing", c.label_smoothing, "in [0, 1)");
   add("Training", "loss", c.loss, "cross_entropy | bce (binary cross-entropy per class)");
-  add("Training", "mixup_alpha", c.mixup_alpha, "MixUp's Beta(alpha, alpha); 0: off");
-  add("Training", "cutmix_alpha", c.cutmix_alpha, "CutMix's Beta(alpha, alpha); 0: off");
   add("EMA", "ema_decay", c.ema_decay, "EMA of the weights: decay per update; 0: off");
   add("EMA", "ema_half_life_images", c.ema_half_life_images,
       "or: images after which a weight's share halves; 0: off");
@@ -238,6 +248,18 @@ void validate_config(const Config& c) {
   }
   // Data: TFRecord input pipeline.
   check_member("bad_record_policy", c.bad_record_policy, kBadRecordPolicies);
+  check_member("auto_augment", c.auto_augment, kAutoAugment);
+  check(c.randaugment_num_ops >= 1 && c.randaugment_num_ops <= 16, "randaugment_num_ops",
+        c.randaugment_num_ops, "must be in [1, 16] (torchvision's default is 2)");
+  check(c.randaugment_magnitude >= 0 && c.randaugment_magnitude <= 30, "randaugment_magnitude",
+        c.randaugment_magnitude, "must be in [0, 30]: a bin of RandAugment's 31 (default 9)");
+  check(c.random_erasing >= 0 && c.random_erasing <= 1, "random_erasing", c.random_erasing,
+        "must be a probability in [0, 1]");
+  // The synthetic and generated sources hand out ready tensors: nothing would be augmented.
+  check(c.data_source == "tfrecord" || (c.auto_augment == "none" && c.random_erasing == 0),
+        "data_source", c.data_source,
+        "does not augment: auto_augment and random_erasing need data_source = tfrecord "
+        "(or set auto_augment = none and random_erasing = 0)");
   if (c.data_source == "tfrecord") {
     if (c.evaluate_only)  // reads the validation files alone
       check(!c.val_data.empty(), "val_data", "''",

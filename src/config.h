@@ -57,6 +57,13 @@ struct Config {
   int64_t shuffle_buffer = 1024;  // records mixed across read blocks (training)
   std::string index_cache_dir = "/tmp/resnet-trainer-index";  // index files when data is read-only
   int64_t val_resize = 256;  // evaluation: shorter side before the centre crop
+  // Augmentation of each training crop after the crop and flip, in the decode threads, as
+  // torchvision.transforms.v2 (data/augment_policy.h; docs/training.md). Evaluation never augments.
+  std::string auto_augment = "none";  // none | trivialaugment_wide | randaugment |
+                                      // autoaugment_imagenet
+  int64_t randaugment_num_ops = 2;    // randaugment: ops applied one after the other
+  int64_t randaugment_magnitude = 9;  // randaugment: magnitude bin of 31 (0..30)
+  double random_erasing = 0;          // probability of erasing one rectangle; 0: never
 
   // Progressive resizing (FFCV): each epoch's training crop instead of image_size, a linear ramp
   // from min to max between two epochs in multiples of step (Note [Image size per epoch] in

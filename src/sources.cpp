@@ -33,6 +33,12 @@ std::unique_ptr<BatchSource> make_tfrecord_source(const Config& config, c10::Dev
       static_cast<int>(training ? config.image_size : config.eval_image_size());
   o.transform.val_resize = static_cast<int>(config.val_resize);
   if (training) o.image_sizes = progressive_image_sizes(config);
+  // Training only: transform_image never augments evaluation crops.
+  const bool known = policy_from_name(config.auto_augment, &o.transform.policy.policy);
+  TORCH_INTERNAL_ASSERT(known, "auto_augment passed validation: ", config.auto_augment);
+  o.transform.policy.randaugment_num_ops = static_cast<int>(config.randaugment_num_ops);
+  o.transform.policy.randaugment_magnitude = static_cast<int>(config.randaugment_magnitude);
+  o.transform.policy.random_erasing = config.random_erasing;
   o.pin_memory = device.is_cuda();
   o.reader_threads = static_cast<int>(config.reader_threads);
   // Default: this node's cores shared evenly among its ranks.

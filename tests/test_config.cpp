@@ -137,6 +137,18 @@ TEST(Config, MissingConfigFileIsNamed) {
             std::string::npos);
 }
 
+TEST(Config, AugmentationKeys) {
+  auto config = parse({"--data_source", "tfrecord", "--train_data", "/d", "--auto_augment",
+                       "randaugment", "--randaugment_num_ops", "3", "--randaugment_magnitude", "30",
+                       "--random_erasing", "0.25"});
+  EXPECT_EQ(config->auto_augment, "randaugment");
+  EXPECT_EQ(config->randaugment_num_ops, 3);
+  EXPECT_EQ(config->randaugment_magnitude, 30);
+  EXPECT_EQ(config->random_erasing, 0.25);
+  EXPECT_EQ(parse({})->auto_augment, "none");  // off by default
+  EXPECT_EQ(parse({})->random_erasing, 0.0);
+}
+
 TEST(Config, NonNumericValueIsRejected) {
   EXPECT_NE(error_of({"--batch_size", "many"}).find("batch_size"), std::string::npos);
 }
@@ -229,7 +241,18 @@ INSTANTIATE_TEST_SUITE_P(
                  "progressive_resize_end_epoch"},
         BadValue{{"--batch_size", "1", "--progressive_resize_min_size", "32",
                   "--progressive_resize_max_size", "224", "--progressive_resize_end_epoch", "2"},
-                 "batch_size"}),
+                 "batch_size"},
+        BadValue{{"--data_source", "tfrecord", "--train_data", "/d", "--auto_augment", "autoaug"},
+                 "auto_augment"},
+        BadValue{{"--randaugment_num_ops", "0"}, "randaugment_num_ops"},
+        BadValue{{"--randaugment_num_ops", "17"}, "randaugment_num_ops"},
+        BadValue{{"--randaugment_magnitude", "31"}, "randaugment_magnitude"},
+        BadValue{{"--randaugment_magnitude", "-1"}, "randaugment_magnitude"},
+        BadValue{{"--random_erasing", "1.5"}, "random_erasing"},
+        BadValue{{"--random_erasing", "-0.1"}, "random_erasing"},
+        // Augmentation happens in the TFRecord decode threads only: elsewhere it would be ignored.
+        BadValue{{"--auto_augment", "randaugment"}, "data_source"},
+        BadValue{{"--data_source", "generated", "--random_erasing", "0.25"}, "data_source"}),
     [](const ::testing::TestParamInfo<BadValue>& info) {
       return info.param.key + "_" + std::to_string(info.index);
     });

@@ -1,15 +1,19 @@
 // bench-input: the input pipeline alone (no model) on given TFRecord files: images/s in total and
-// per decode thread, for the training and evaluation transforms, to size threads per GPU.
+// per decode thread, for the training and evaluation transforms, to size threads per GPU; the
+// training transform with each augmentation policy and random-erasing probability asked for.
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <string>
 
 #include "data/tfrecord/file.h"
 #include "data/tfrecord_source.h"
 #include "src/tools/tool_main.h"
+
+using namespace std::string_literals;
 
 namespace {
 
@@ -46,6 +50,32 @@ Rate measure(trainer::TFRecordSource& source, int64_t images, int64_t warmup) {
   return {static_cast<double>(done) / seconds, static_cast<double>(done) / cpu};
 }
 
+// Checks one augmentation setting and measures the pipeline with it; prints one row.
+void run_row(trainer::TFRecordSourceOptions run, const std::string& mode, const std::string& policy,
+             double erasing, int threads, int64_t images, int64_t warmup) {
+  trainer::AugmentPolicyOptions& augment = run.transform.policy;
+  USER_CHECK(trainer::policy_from_name(policy, &augment.policy), "--auto-augment ", policy,
+             " is not a policy. Fix: use none, trivialaugment_wide, randaugment or "
+             "autoaugment_imagenet");
+  USER_CHECK(erasing >= 0 && erasing <= 1, "--random-erasing ", erasing,
+             " is not a probability. Fix: give values in [0, 1]");
+  USER_CHECK(augment.randaugment_num_ops >= 1 && augment.randaugment_magnitude >= 0 &&
+                 augment.randaugment_magnitude <= 30,
+             "--randaugment-num-ops ", augment.randaugment_num_ops, " --randaugment-magnitude ",
+             augment.randaugment_magnitude, ". Fix: at least one op, a magnitude bin in [0, 30]");
+  augment.random_erasing = erasing;
+  run.decode_threads = threads;
+  char label[64];
+  std::snprintf(label, sizeof label, erasing > 0 ? "%s + erasing %.2f" : "%s", policy.c_str(),
+                erasing);
+  trainer::TFRecordSource source(run);
+  const Rate rate = measure(source, images, warmup);
+  std::printf("%-6s %8d %-36s %12.1f %18.1f %16.1f\n", mode.c_str(), threads,
+              mode == "train" ? label : "-", rate.per_second, rate.per_second / threads,
+              rate.per_cpu_second);
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -53,6 +83,8 @@ int main(int argc, char** argv) {
                "bench-input"};
   std::vector<std::string> inputs, transforms = {"train", "val"};
   std::vector<int> threads = {1, 2};
+  std::vector<std::string> policies = {"none"};  // the config's auto_augment values
+  std::vector<double> erasing = {0.0};           // the config's random_erasing
   trainer::TFRecordSourceOptions o;
   int64_t images = 2000, warmup = 1500;
   o.batch_size = 64;
@@ -69,26 +101,33 @@ int main(int argc, char** argv) {
   app.add_option("--val-resize", o.transform.val_resize, "eval shorter side")
       ->capture_default_str();
   app.add_option("--reader-threads", o.reader_threads, "reader threads")->capture_default_str();
+  app.add_option("--auto-augment", policies,
+                 "train: policies to try (none, trivialaugment_wide, randaugment, "
+                 "autoaugment_imagenet)")
+      ->capture_default_str();
+  app.add_option("--randaugment-num-ops", o.transform.policy.randaugment_num_ops,
+                 "randaugment: ops per image")
+      ->capture_default_str();
+  app.add_option("--randaugment-magnitude", o.transform.policy.randaugment_magnitude,
+                 "randaugment: magnitude bin of 31")
+      ->capture_default_str();
+  app.add_option("--random-erasing", erasing, "train: random-erasing probabilities to try")
+      ->capture_default_str();
   app.add_option("--num-classes", o.num_classes, "classes")->capture_default_str();
   app.add_option("--label-offset", o.label_offset, "stored label offset")->capture_default_str();
   app.add_option("--index-cache-dir", o.index_cache_dir, "index cache")->capture_default_str();
   return trainer::run_tool(app, argc, argv, [&] {
     for (const auto& input : inputs)
       for (auto& f : trainer::list_tfrecord_files(input, "inputs")) o.files.push_back(f);
-    std::printf("%-6s %8s %12s %18s %16s\n", "mode", "threads", "images/s", "images/s/thread",
-                "images/cpu-s");
+    std::printf("%-6s %8s %-36s %12s %18s %16s\n", "mode", "threads", "augmentation", "images/s",
+                "images/s/thread", "images/cpu-s");
     for (const auto& mode : transforms) {
       USER_CHECK(mode == "train" || mode == "val", "--transforms takes train and/or val");
-      for (int t : threads) {
-        trainer::TFRecordSourceOptions run = o;
-        run.training = mode == "train";
-        run.decode_threads = t;
-        trainer::TFRecordSource source(run);
-        const Rate rate = measure(source, images, warmup);
-        std::printf("%-6s %8d %12.1f %18.1f %16.1f\n", mode.c_str(), t, rate.per_second,
-                    rate.per_second / t, rate.per_cpu_second);
-        std::fflush(stdout);
-      }
+      o.training = mode == "train";
+      // Evaluation never augments: one measurement per thread count.
+      for (const auto& policy : o.training ? policies : std::vector{"none"s})
+        for (double p : o.training ? erasing : std::vector{0.0})
+          for (int t : threads) run_row(o, mode, policy, p, t, images, warmup);
     }
     return 0;
   });

@@ -1,0 +1,78 @@
+// Test helper for tests/test_augment_parity.py: runs one augmentation op, random erasing's fill,
+// or prints a policy's magnitude tables, from data/augment_ops.h and data/augment_policy.h.
+//   augment_parity_tool op NAME MAGNITUDE IN.png OUT.png
+//   augment_parity_tool erase TOP LEFT HEIGHT WIDTH IN.png OUT.png
+//   augment_parity_tool space POLICY HEIGHT WIDTH
+// `space` prints one line per op: NAME SIGNED BIN..., each bin as a C99 hex float (exact).
+// Images are RGB PNGs (OpenCV's BGR is converted at the edges).
+#include <cstdio>
+#include <iostream>
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+#include <string>
+
+#include "data/augment_policy.h"
+
+using namespace trainer;
+
+namespace {
+
+cv::Mat read_rgb(const std::string& path) {
+  const cv::Mat bgr = cv::imread(path, cv::IMREAD_COLOR);
+  if (bgr.empty()) throw std::runtime_error("cannot read " + path);
+  cv::Mat rgb;
+  cv::cvtColor(bgr, rgb, cv::COLOR_BGR2RGB);
+  return rgb;  // continuous: cvtColor allocates a fresh matrix
+}
+
+void write_rgb(const std::string& path, const cv::Mat& rgb) {
+  cv::Mat bgr;
+  cv::cvtColor(rgb, bgr, cv::COLOR_RGB2BGR);
+  if (!cv::imwrite(path, bgr)) throw std::runtime_error("cannot write " + path);
+}
+
+int usage() {
+  std::cerr << "usage: augment_parity_tool op NAME MAGNITUDE IN OUT\n"
+               "       augment_parity_tool erase TOP LEFT HEIGHT WIDTH IN OUT\n"
+               "       augment_parity_tool space POLICY HEIGHT WIDTH\n";
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "op" && argc == 6) {
+    AugmentOp op;
+    if (!op_from_name(argv[2], &op)) {
+      std::cerr << "unknown op " << argv[2] << "\n";
+      return 2;
+    }
+    cv::Mat image = read_rgb(argv[4]);
+    apply_augment_op(op, std::stod(argv[3]), image.data, image.rows, image.cols);
+    write_rgb(argv[5], image);
+    return 0;
+  }
+  if (mode == "erase" && argc == 8) {
+    cv::Mat image = read_rgb(argv[6]);
+    fill_rectangle(image.data, image.rows, image.cols, std::stoi(argv[2]), std::stoi(argv[3]),
+                   std::stoi(argv[4]), std::stoi(argv[5]), kErasingColour);
+    write_rgb(argv[7], image);
+    return 0;
+  }
+  if (mode == "space" && argc == 5) {
+    AutoAugmentPolicy policy;
+    if (!policy_from_name(argv[2], &policy)) {
+      std::cerr << "unknown policy " << argv[2] << "\n";
+      return 2;
+    }
+    for (const OpMagnitudes& entry :
+         augmentation_space(policy, std::stoi(argv[3]), std::stoi(argv[4]))) {
+      std::printf("%s %d", op_name(entry.op), entry.is_signed ? 1 : 0);
+      for (float bin : entry.bins) std::printf(" %a", double(bin));
+      std::printf("\n");
+    }
+    return 0;
+  }
+  return usage();
+}
