@@ -10,6 +10,8 @@
 #   train      scripts/bench-train.sh: this trainer next to PyTorch eager and compiled (fp16, bf16)
 #   pipeline   TFRecords into the GPU: generated ImageNet-sized JPEGs as TFRecords, bench-input on
 #              one core and on all, then ResNet-50 (fp16) trained on them for 3 epochs
+#   recipes    every configs/recipes/*.toml in benchmark mode (synthetic data, its precision, batch
+#              and techniques)
 #   techniques the recipes' techniques on the GPU: `train --benchmark` (bf16) with each one on
 #              against none, then the smoke run in fp16 with all of them on (EMA evaluated)
 # Usage: scripts/device-checks.sh [STAGE ...]
@@ -17,7 +19,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(tests overhead allreduce train pipeline techniques)
+[ ${#stages[@]} -gt 0 ] || stages=(tests overhead allreduce train pipeline recipes techniques)
 out=${OUT:-/tmp/device-out}
 mkdir -p "$out"
 exec > >(tee -a "$out/device-checks.log") 2>&1
@@ -68,12 +70,31 @@ for stage in "${stages[@]}"; do
       [ -d "$data" ] || generate-dataset --tfrecords "$data" --classes 10 --images-per-class 400 \
         --val-per-class 50 --train-shards 8 --val-shards 2 >/dev/null
       bench-input "$data/train-*" --threads 1 "$(nproc)" --transforms train val --images 3000 \
-        --reader-threads 2 --index-cache-dir "${TMPDIR:-/tmp}/device-index"
+        --reader-threads 2 --index-cache-dir "${TMPDIR:-/tmp}/device-index" \
+        --auto-augment none trivialaugment_wide randaugment autoaugment_imagenet
       train --config "$root/configs/one-gpu.toml" --data_source tfrecord --num_classes 10 \
         --train_data "$data/train-*" --val_data "$data/validation-*" --epochs 3 \
         --warmup_epochs 1 --log_every_steps 5 --output_dir "${TMPDIR:-/tmp}/device-pipeline" \
         --index_cache_dir "${TMPDIR:-/tmp}/device-index" 2>&1 | grep -E 'img/s|eval|final|error'
       cp "${TMPDIR:-/tmp}/device-pipeline/metrics.jsonl" "$out/pipeline-metrics.jsonl"  # input waits
+      echo "-- the same with every technique on: progressive resizing 160 -> 224 with FixRes,"
+      echo "   TrivialAugmentWide and erasing, MixUp/CutMix, EMA, BlurPool"
+      train --config "$root/configs/one-gpu.toml" --data_source tfrecord --num_classes 10 \
+        --train_data "$data/train-*" --val_data "$data/validation-*" --epochs 3 \
+        --warmup_epochs 1 --log_every_steps 5 --output_dir "${TMPDIR:-/tmp}/device-recipe" \
+        --index_cache_dir "${TMPDIR:-/tmp}/device-index" --progressive_resize_min_size 160 \
+        --progressive_resize_max_size 224 --progressive_resize_end_epoch 2 --val_image_size 224 \
+        --auto_augment trivialaugment_wide --random_erasing 0.25 --mixup_alpha 0.2 \
+        --cutmix_alpha 1.0 --ema_decay 0.99 --blurpool true 2>&1 |
+        grep -E 'img/s|crop|eval|final|error'
+      ;;
+    recipes)
+      for recipe in "$root"/configs/recipes/*.toml; do
+        echo "-- $(basename "$recipe")"
+        train --config "$recipe" --data_source synthetic --benchmark true --device cuda \
+          --auto_augment none --random_erasing 0 --output_dir "${TMPDIR:-/tmp}/device-recipes" 2>&1 |
+          grep -E 'benchmark |error'
+      done
       ;;
     techniques)
       for technique in "" "--mixup_alpha 0.2 --cutmix_alpha 1.0" "--ema_decay 0.9999" \
@@ -87,6 +108,6 @@ for stage in "${stages[@]}"; do
         --cutmix_alpha 1.0 --loss bce --blurpool true --ema_half_life_images 2000 \
         --output_dir "${TMPDIR:-/tmp}/device-smoke" 2>&1 | grep -E 'eval|final|error'
       ;;
-    *) echo "unknown stage $stage (tests, overhead, allreduce, train, pipeline, techniques)" >&2 && exit 2 ;;
+    *) echo "unknown stage $stage (tests, overhead, allreduce, train, pipeline, recipes, techniques)" >&2 && exit 2 ;;
   esac
 done
