@@ -4,32 +4,17 @@
 //   resnet_parity_tool forward ARCH CLASSES IN OUT: IN = {"model", "input"} -> {"logits"}
 // ARCH: resnet18 ... resnet152, or with "-blurpool" the BlurPool variant.
 // Logits are computed in eval mode (BN running statistics), fp32, on the CPU.
-#include <ATen/core/Dict.h>
-#include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/torch.h>
 
-#include <fstream>
 #include <iostream>
-#include <iterator>
 
 #include "models/resnet.h"
 #include "src/checkpoint.h"
-#include "src/torch_pickle.h"
+#include "tests/tensor_files.h"
 
 using namespace trainer;
 
 namespace {
-
-void write(const std::string& path, const c10::Dict<std::string, at::Tensor>& dict) {
-  std::vector<char> bytes = pickle_for_python(c10::IValue(dict));
-  std::ofstream(path, std::ios::binary).write(bytes.data(), bytes.size());
-}
-
-c10::impl::GenericDict read(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return torch::jit::pickle_load(bytes).toGenericDict();
-}
 
 at::Tensor eval_logits(ResNet& model, const at::Tensor& input) {
   torch::NoGradGuard no_grad;
@@ -58,22 +43,22 @@ int main(int argc, char** argv) {
     at::Tensor input = torch::randn({2, 3, 64, 64});
     c10::Dict<std::string, at::Tensor> out;
     for (const auto& [name, tensor] : state_dict(*model)) out.insert(name, tensor);
-    write(argv[4], out);
+    write_tensors(argv[4], out);
     c10::Dict<std::string, at::Tensor> io;
     io.insert("input", input);
     io.insert("logits", eval_logits(model, input));
-    write(std::string(argv[4]) + ".io", io);
+    write_tensors(std::string(argv[4]) + ".io", io);
     return 0;
   }
   if (mode == "forward" && argc == 6) {
-    auto in = read(argv[4]);
+    auto in = read_dict(argv[4]);
     TensorMap weights;
     for (const auto& entry : in.at("model").toGenericDict())
       weights[entry.key().toStringRef()] = entry.value().toTensor();
     load_state_dict(*model, weights);
     c10::Dict<std::string, at::Tensor> out;
     out.insert("logits", eval_logits(model, in.at("input").toTensor()));
-    write(argv[5], out);
+    write_tensors(argv[5], out);
     return 0;
   }
   std::cerr << "unknown mode " << mode << "\n";

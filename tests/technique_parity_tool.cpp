@@ -7,41 +7,26 @@
 //                                      -> {"loss"}   (targets: class indices or probabilities)
 //   technique_parity_tool blurpool ARCH OUT: a BlurPool model's {"model": state_dict, "input",
 //                                      "logits"} (eval mode, fp32, CPU)
-#include <ATen/core/Dict.h>
-#include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/torch.h>
 
-#include <fstream>
 #include <iostream>
-#include <iterator>
 
 #include "models/resnet.h"
 #include "src/batch_mixing.h"
 #include "src/checkpoint.h"
 #include "src/loss.h"
-#include "src/torch_pickle.h"
+#include "tests/tensor_files.h"
 
 using namespace trainer;
 
 namespace {
-
-void write(const std::string& path, const c10::Dict<std::string, at::Tensor>& dict) {
-  std::vector<char> bytes = pickle_for_python(c10::IValue(dict));
-  std::ofstream(path, std::ios::binary).write(bytes.data(), bytes.size());
-}
-
-c10::impl::GenericDict read(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return torch::jit::pickle_load(bytes).toGenericDict();
-}
 
 at::Tensor tensor(const c10::impl::GenericDict& dict, const char* key) {
   return dict.at(key).toTensor();
 }
 
 void mix(const std::string& in_path, const std::string& out_path) {
-  const auto in = read(in_path);
+  const auto in = read_dict(in_path);
   const at::Tensor p = tensor(in, "params").to(at::kDouble);
   MixDraw draw;
   draw.kind = p[0].item<int>() == 1 ? MixKind::kMixUp : MixKind::kCutMix;
@@ -52,16 +37,16 @@ void mix(const std::string& in_path, const std::string& out_path) {
   c10::Dict<std::string, at::Tensor> out;
   out.insert("images", images);
   out.insert("targets", targets);
-  write(out_path, out);
+  write_tensors(out_path, out);
 }
 
 void loss(const std::string& in_path, const std::string& out_path) {
-  const auto in = read(in_path);
+  const auto in = read_dict(in_path);
   const at::Tensor p = tensor(in, "params").to(at::kDouble);
   const LossOptions options{p[0].item<int>() == 1 ? "bce" : "cross_entropy", p[1].item<double>()};
   c10::Dict<std::string, at::Tensor> out;
   out.insert("loss", training_loss(tensor(in, "logits"), tensor(in, "targets"), options));
-  write(out_path, out);
+  write_tensors(out_path, out);
 }
 
 void blurpool(const std::string& arch, const std::string& out_path) {
@@ -75,7 +60,7 @@ void blurpool(const std::string& arch, const std::string& out_path) {
   for (const auto& [name, t] : state_dict(*model)) out.insert("model." + name, t);
   out.insert("input", input);
   out.insert("logits", model->forward(input));
-  write(out_path, out);
+  write_tensors(out_path, out);
 }
 
 }  // namespace

@@ -112,7 +112,9 @@ def test_fine_tuning_from_torchvision_weights_beats_training_from_scratch(runs, 
     finetuned = events(finetuned_dir, "eval")[-1]
     print(f"top-1 after {STEPS_PER_RUN} steps: scratch {scratch['top1']:.1f}%, "
           f"fine-tuned {finetuned['top1']:.1f}%")
-    assert finetuned["top1"] >= scratch["top1"] + 10
+    # 300 held-out images: each top-1 has a standard error of about 2.8 points. Seen: 15.4 points
+    # ahead on one machine, 9.6 on another (another CPU's float kernels train other weights).
+    assert finetuned["top1"] >= scratch["top1"] + 5
     assert f"starting from a state dict in {pretrained}" in finetuned_log
     assert "the classifier is re-initialised for num_classes = 10 (the file's has 1000)" in \
         finetuned_log
@@ -132,6 +134,7 @@ def test_fine_tuned_checkpoint_loads_in_torchvision_and_evaluates_alike(runs, ph
     net = torchvision.models.resnet18(num_classes=10)
     net.load_state_dict(state)
     torch.save(net.state_dict(), exported)
+    evaluations = []
     for weights in (exported, checkpoint):
         out = tmp_path / f"eval-{weights.stem}"
         result = run_train("--evaluate_only", "true", "--init_weights", weights, "--arch",
@@ -144,9 +147,16 @@ def test_fine_tuned_checkpoint_loads_in_torchvision_and_evaluates_alike(runs, ph
         print(f"{weights.name}: train top-1 {evaluation['top1']:.1f}%, torchvision "
               f"{100 * top1 / images:.1f}% of {images}")
         assert evaluation["images"] == images
-        assert round(evaluation["top1"] * images / 100) == top1
-        assert round(evaluation["top5"] * images / 100) == top5
+        # The trainer decodes with libjpeg-turbo's integer IDCT and merged chroma upsampling
+        # (data/jpeg/decode.cpp), PIL with the slow IDCT and fancy upsampling: pixels a level or
+        # two apart, which flip the odd image whose two best classes are close. Seen: equal
+        # counts on one machine's weights, 3 of 300 apart on another's.
+        assert abs(round(evaluation["top1"] * images / 100) - top1) <= images // 50
+        assert abs(round(evaluation["top5"] * images / 100) - top5) <= images // 50
         assert not (out / "config.toml").exists()  # an evaluation leaves a run's config alone
+        evaluations.append((evaluation["top1"], evaluation["top5"]))
+    # The torchvision file and the checkpoint it came from evaluate exactly alike.
+    assert evaluations[0] == evaluations[1]
 
 
 def test_a_restarted_run_resumes_instead_of_starting_again_from_init_weights(runs, pretrained,
