@@ -6,7 +6,7 @@
 #include <array>
 #include <map>
 
-#include "src/check.h"
+#include "base/check.h"
 
 namespace trainer {
 namespace {

@@ -14,6 +14,10 @@ torch_prefix=$("$python" -c 'import torch.utils; print(torch.utils.cmake_prefix_
 export CCACHE_DIR=${CCACHE_DIR:-${TRAINER_CACHE:-$HOME/.cache/resnet-trainer}/ccache}
 # Paths relative to the clone, so every clone of the repository shares the compiler cache.
 export CCACHE_BASEDIR=$root CCACHE_NOHASHDIR=1
+# Every target compiles with a precompiled header, which ccache caches only when told that the
+# sources' macros and time stamps may be taken as they are (its manual, "Precompiled headers");
+# without this nothing of the project was cached ("could not use precompiled header").
+export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
 
 set -x
 cmake -S "$root" -B "$build_dir" -G Ninja \

@@ -23,7 +23,7 @@ import sys
 import torch
 import torchvision
 
-# The trainer's normalisation (data/device_input.h): RGB in [0, 1], minus mean, over std.
+# The trainer's normalisation (data/transforms/device_input.h): RGB in [0, 1], minus mean, over std.
 MEAN = [0.485, 0.456, 0.406]
 STD = [0.229, 0.224, 0.225]
 TOLERANCE = 1e-4  # largest difference from PyTorch's logits, relative to their largest magnitude

@@ -11,4 +11,5 @@ set -x
 # One test at a time: each already uses every core (LibTorch's intra-op threads), and two
 # OpenMP pools spinning on 2 cores slow each other down many times over.
 ctest --test-dir "$BUILD_DIR" --output-on-failure
-TRAINER_BUILD_DIR="$BUILD_DIR" "$python" -m pytest -q -rs "$root/tests"
+# --durations: the slowest tests, so that each change sees where the suite's time goes.
+TRAINER_BUILD_DIR="$BUILD_DIR" "$python" -m pytest -q -rs --durations=25 "$root/tests"

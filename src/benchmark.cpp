@@ -9,7 +9,7 @@
 #include <numeric>
 #include <vector>
 
-#include "src/lr_schedule.h"
+#include "src/train/lr_schedule.h"
 
 namespace trainer {
 namespace {

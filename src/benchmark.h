@@ -3,9 +3,9 @@
 // On the GPU each step is bracketed by CUDA events read once at the end: no per-step host sync.
 #pragma once
 
-#include "data/batch_source.h"
+#include "data/sources/batch_source.h"
 #include "src/config.h"
-#include "src/trainer.h"
+#include "src/train/trainer.h"
 
 namespace trainer {
 

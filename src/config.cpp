@@ -10,7 +10,7 @@
 #include <sstream>
 #include <type_traits>
 
-#include "src/check.h"
+#include "base/check.h"
 
 namespace trainer {
 namespace {

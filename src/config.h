@@ -45,7 +45,7 @@ struct Config {
   int64_t generated_train_images = 2000;  // generated source: training images
   int64_t generated_val_images = 500;     // generated source: held-out images
 
-  // Data: TFRecord input pipeline (data_source = "tfrecord"; data/tfrecord_source.h).
+  // Data: TFRecord input pipeline (data_source = "tfrecord"; data/sources/tfrecord_source.h).
   std::string train_data;    // glob or directory of training TFRecords (train-*)
   std::string val_data;      // glob or directory of validation TFRecords; "" = none
   int64_t label_offset = 1;  // subtracted from stored labels: 1..1000 -> 0..999; 0 keeps
@@ -58,7 +58,8 @@ struct Config {
   std::string index_cache_dir = "/tmp/resnet-trainer-index";  // index files when data is read-only
   int64_t val_resize = 256;  // evaluation: shorter side before the centre crop
   // Augmentation of each training crop after the crop and flip, in the decode threads, as
-  // torchvision.transforms.v2 (data/augment_policy.h; docs/training.md). Evaluation never augments.
+  // torchvision.transforms.v2 (data/transforms/augment_policy.h; docs/training.md). Evaluation
+  // never augments.
   std::string auto_augment = "none";  // none | trivialaugment_wide | randaugment |
                                       // autoaugment_imagenet
   int64_t randaugment_num_ops = 2;    // randaugment: ops applied one after the other
@@ -67,7 +68,7 @@ struct Config {
 
   // Progressive resizing (FFCV): each epoch's training crop instead of image_size, a linear ramp
   // from min to max between two epochs in multiples of step (Note [Image size per epoch] in
-  // data/image_size_schedule.h). min = max = 0: off.
+  // data/sources/image_size_schedule.h). min = max = 0: off.
   int64_t progressive_resize_min_size = 0;     // pixels, up to start_epoch
   int64_t progressive_resize_max_size = 0;     // pixels, from end_epoch on
   int64_t progressive_resize_start_epoch = 0;  // 0-based, as FFCV's start_ramp
@@ -80,13 +81,13 @@ struct Config {
   uint64_t seed = 42;
   double label_smoothing = 0.1;
   std::string loss = "cross_entropy";  // cross_entropy (softmax) | bce (a sigmoid per class)
-  // MixUp and CutMix on each training batch (src/batch_mixing.h): Beta(alpha, alpha); 0: off.
+  // MixUp and CutMix on each training batch (src/train/batch_mixing.h): Beta(alpha, alpha); 0: off.
   // With both on, each batch takes one of them at random (torchvision's recipe: 0.2 and 1.0).
   double mixup_alpha = 0;
   double cutmix_alpha = 0;
 
-  // EMA of the weights (src/weight_average.h): evaluated beside them, saved in checkpoints. Off
-  // unless one of the two decays is set: per update, or as the images after which an image's
+  // EMA of the weights (src/train/weight_average.h): evaluated beside them, saved in checkpoints.
+  // Off unless one of the two decays is set: per update, or as the images after which an image's
   // weight has halved (kept across resizes, whatever the images per step).
   double ema_decay = 0;
   double ema_half_life_images = 0;

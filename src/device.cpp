@@ -7,7 +7,7 @@
 
 #include <cstdio>
 
-#include "src/check.h"
+#include "base/check.h"
 
 namespace trainer {
 

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "src/check.h"
+#include "base/check.h"
 
 namespace trainer {
 namespace {

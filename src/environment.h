@@ -45,7 +45,7 @@ struct Environment {
   bool nccl_debug_set = false;       // the user chose NCCL_DEBUG; leave NCCL's logging as it is
   bool omp_num_threads_set = false;  // the user chose OMP_NUM_THREADS for LibTorch's CPU threads
   // TRAINER_SAMPLE_TRACE: a folder where each rank records the samples it trains (debugging and
-  // tests; src/sample_trace.h). Empty: off.
+  // tests; src/report/sample_trace.h). Empty: off.
   std::string sample_trace_dir;
 };
 

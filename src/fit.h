@@ -2,11 +2,11 @@
 // evaluation each epoch, checkpoints every N steps and at each epoch end, and a final evaluation.
 #pragma once
 
-#include "data/batch_source.h"
+#include "data/sources/batch_source.h"
 #include "src/config.h"
-#include "src/metrics_log.h"
-#include "src/sample_trace.h"
-#include "src/trainer.h"
+#include "src/report/metrics_log.h"
+#include "src/report/sample_trace.h"
+#include "src/train/trainer.h"
 
 namespace trainer {
 

@@ -16,19 +16,19 @@
 #include <optional>
 #include <thread>
 
+#include "base/bounded_wait.h"
+#include "base/check.h"
+#include "base/stop_signal.h"
 #include "src/benchmark.h"
-#include "src/bounded_wait.h"
-#include "src/check.h"
 #include "src/config.h"
 #include "src/device.h"
 #include "src/dist/process_group.h"
 #include "src/dist/watchdog.h"
 #include "src/environment.h"
 #include "src/fit.h"
-#include "src/metrics_log.h"
+#include "src/report/metrics_log.h"
 #include "src/sources.h"
-#include "src/stop_signal.h"
-#include "src/trainer.h"
+#include "src/train/trainer.h"
 
 namespace trainer {
 namespace {

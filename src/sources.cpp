@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <thread>
 
-#include "data/memory_source.h"
-#include "data/synthetic_source.h"
-#include "data/tfrecord/file.h"
-#include "data/tfrecord/index.h"
-#include "data/tfrecord_source.h"
+#include "data/formats/tfrecord/file.h"
+#include "data/formats/tfrecord/index.h"
+#include "data/sources/memory_source.h"
+#include "data/sources/synthetic_source.h"
+#include "data/sources/tfrecord_source.h"
 #include "src/environment.h"
 
 namespace trainer {

@@ -6,8 +6,8 @@
 #include <memory>
 #include <optional>
 
-#include "data/batch_source.h"
-#include "data/image_size_schedule.h"
+#include "data/sources/batch_source.h"
+#include "data/sources/image_size_schedule.h"
 #include "src/config.h"
 
 namespace trainer {

@@ -1,5 +1,6 @@
 // Test helper for tests/test_augment_parity.py: runs one augmentation op, random erasing's fill,
-// or prints a policy's magnitude tables, from data/augment_ops.h and data/augment_policy.h.
+// or prints a policy's magnitude tables, from data/transforms/augment_ops.h and
+// data/transforms/augment_policy.h.
 //   augment_parity_tool op NAME MAGNITUDE IN.png OUT.png
 //   augment_parity_tool erase TOP LEFT HEIGHT WIDTH IN.png OUT.png
 //   augment_parity_tool space POLICY HEIGHT WIDTH
@@ -11,7 +12,7 @@
 #include <opencv2/imgproc.hpp>
 #include <string>
 
-#include "data/augment_policy.h"
+#include "data/transforms/augment_policy.h"
 
 using namespace trainer;
 

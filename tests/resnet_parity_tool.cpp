@@ -9,7 +9,7 @@
 #include <iostream>
 
 #include "models/resnet.h"
-#include "src/checkpoint.h"
+#include "src/state/checkpoint.h"
 #include "tests/tensor_files.h"
 
 using namespace trainer;

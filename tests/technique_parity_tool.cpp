@@ -12,9 +12,9 @@
 #include <iostream>
 
 #include "models/resnet.h"
-#include "src/batch_mixing.h"
-#include "src/checkpoint.h"
-#include "src/loss.h"
+#include "src/state/checkpoint.h"
+#include "src/train/batch_mixing.h"
+#include "src/train/loss.h"
 #include "tests/tensor_files.h"
 
 using namespace trainer;

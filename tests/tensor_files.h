@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "src/torch_pickle.h"
+#include "src/state/torch_pickle.h"
 
 namespace trainer {
 

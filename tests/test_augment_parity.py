@@ -1,5 +1,5 @@
 """Augmentation ops against torchvision 0.26's transforms.v2 on a crop of a real photograph: the C++
-ops (data/augment_ops.cpp, run one at a time by augment_parity_tool) equal torchvision's for the
+ops (data/transforms/augment_ops.cpp, run one at a time by augment_parity_tool) equal torchvision's for the
 pixel-wise ops and come within a PSNR bound for the geometric ones (identical on the build VM,
 see GEOMETRIC_PSNR_DB); the policies' magnitude tables
 equal torchvision's bit for bit; random erasing with the mean colour equals torchvision's erasing
@@ -18,7 +18,7 @@ from torchvision.transforms.v2 import functional as F
 from conftest import PHOTOS, binary
 
 HEIGHT, WIDTH = 144, 176  # not square, so that a width / height mix-up shows
-# Geometric ops: data/augment_ops.cpp's warp() repeats torch's float32 grid arithmetic and
+# Geometric ops: data/transforms/augment_ops.cpp's warp() repeats torch's float32 grid arithmetic and
 # grid_sample's rounding half to even, so on the build VM (torch 2.11 on AVX-512) the outputs are
 # identical. The bound leaves room for a torch build whose grid arithmetic rounds otherwise: only
 # pixels whose source lies on a half could then differ (a shear of 0.6 about the corner puts a

@@ -11,8 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include "data/augment.h"
-#include "data/augment_policy.h"
+#include "data/transforms/augment.h"
+#include "data/transforms/augment_policy.h"
 
 namespace trainer {
 namespace {

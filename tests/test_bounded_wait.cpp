@@ -1,12 +1,12 @@
 // Waits that end: a wait whose condition never comes true gives up at its deadline, and soon
-// after a stop signal (src/bounded_wait.h).
+// after a stop signal (base/bounded_wait.h).
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <csignal>
 #include <thread>
 
-#include "src/bounded_wait.h"
+#include "base/bounded_wait.h"
 
 namespace trainer {
 namespace {

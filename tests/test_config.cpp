@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "src/check.h"
+#include "base/check.h"
 #include "src/config.h"
 
 namespace trainer {

@@ -9,15 +9,16 @@
 #include <chrono>
 #include <thread>
 
-#include "data/memory_source.h"
-#include "data/step_shares.h"
+#include "base/check.h"
+#include "data/sources/memory_source.h"
+#include "data/sources/step_shares.h"
 #include "src/dist/gradient_reducer.h"
 #include "src/dist/process_group.h"
 #include "src/dist/watchdog.h"
 #include "src/environment.h"
 #include "src/fit.h"
 #include "src/sources.h"
-#include "src/trainer.h"
+#include "src/train/trainer.h"
 
 namespace trainer {
 namespace {
@@ -190,6 +191,24 @@ TEST(Distributed, CollectivesTakeChannelsLastTensors) {
   EXPECT_TRUE(torch::equal(weight, expected));
   g_group->allreduce_sum_(weight);
   EXPECT_TRUE(torch::equal(weight, expected * g_group->size()));
+}
+
+// A failed MPI call comes back as an error naming the call, its file and line and MPI's own
+// message (the process group sets MPI_ERRORS_RETURN), for `main` to log with the rank, instead of
+// MPI's default abort, which names none of them.
+TEST(Distributed, AFailedMpiCallThrowsNamingTheCallAndMpisMessage) {
+  if (g_group->launcher() != Launcher::kMpirun) GTEST_SKIP() << "no MPI under torchrun";
+  int value = 0;
+  const int no_such_rank = g_group->size();
+  try {
+    MPI_CHECK(MPI_Bcast(&value, 1, MPI_INT, no_such_rank, MPI_COMM_WORLD));
+    FAIL() << "a broadcast from a rank that does not exist should fail";
+  } catch (const std::runtime_error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("test_distributed.cpp:"), std::string::npos) << message;
+    EXPECT_NE(message.find("MPI_Bcast"), std::string::npos) << message;
+    EXPECT_NE(message.find("root"), std::string::npos) << message;  // MPI_ERR_ROOT's text
+  }
 }
 
 // Run by tests/test_distributed_cli.py, which checks that the job ends (the watchdog aborts

@@ -76,7 +76,7 @@ def trained_ids(trace):
 
 
 def expected_lr(trained, step_images, global_batch):
-    """The cosine schedule with one warmup epoch, counted in images (src/lr_schedule.h)."""
+    """The cosine schedule with one warmup epoch, counted in images (src/train/lr_schedule.h)."""
     peak = BASE_LR * global_batch / 256
     warmup, total = IMAGES, 2 * IMAGES
     if trained < warmup:

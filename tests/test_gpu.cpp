@@ -4,9 +4,9 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
-#include "data/device_input.h"
+#include "data/transforms/device_input.h"
 #include "src/sources.h"
-#include "src/trainer.h"
+#include "src/train/trainer.h"
 
 namespace trainer {
 namespace {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <vector>
 
-#include "data/image_size_schedule.h"
+#include "data/sources/image_size_schedule.h"
 
 namespace trainer {
 namespace {

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "src/config.h"
-#include "src/lr_schedule.h"
+#include "src/train/lr_schedule.h"
 
 namespace trainer {
 namespace {

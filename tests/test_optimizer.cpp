@@ -5,8 +5,8 @@
 
 #include <limits>
 
-#include "src/loss_scaler.h"
-#include "src/optimizer.h"
+#include "src/train/loss_scaler.h"
+#include "src/train/optimizer.h"
 
 namespace trainer {
 namespace {

@@ -148,7 +148,7 @@ def test_fine_tuned_checkpoint_loads_in_torchvision_and_evaluates_alike(runs, ph
               f"{100 * top1 / images:.1f}% of {images}")
         assert evaluation["images"] == images
         # The trainer decodes with libjpeg-turbo's integer IDCT and merged chroma upsampling
-        # (data/jpeg/decode.cpp), PIL with the slow IDCT and fancy upsampling: pixels a level or
+        # (data/formats/jpeg/decode.cpp), PIL with the slow IDCT and fancy upsampling: pixels a level or
         # two apart, which flip the odd image whose two best classes are close. Seen: equal
         # counts on one machine's weights, 3 of 300 apart on another's.
         assert abs(round(evaluation["top1"] * images / 100) - top1) <= images // 50

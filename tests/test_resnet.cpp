@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "base/check.h"
 #include "models/resnet.h"
-#include "src/check.h"
 
 namespace trainer {
 namespace {

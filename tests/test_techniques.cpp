@@ -7,9 +7,9 @@
 #include <cmath>
 
 #include "models/resnet.h"
-#include "src/batch_mixing.h"
-#include "src/checkpoint.h"
-#include "src/weight_average.h"
+#include "src/state/checkpoint.h"
+#include "src/train/batch_mixing.h"
+#include "src/train/weight_average.h"
 
 namespace trainer {
 namespace {

@@ -88,7 +88,7 @@ def test_preview_colours_are_the_images_colours(tmp_path):
     import numpy as np
     import torch
     generator = torch.Generator().manual_seed(42)  # SyntheticSource's draw, with the config seed
-    # batch_size + 1 rows: room for the largest share of a step (data/synthetic_source.cpp)
+    # batch_size + 1 rows: room for the largest share of a step (data/sources/synthetic_source.cpp)
     pixels = torch.randint(0, 256, (17, 32, 32, 3), generator=generator, dtype=torch.uint8)
     tile = np.asarray(picture)[16:32, 0:32]  # the first image, below its label's corner box
     assert np.abs(tile.astype(int) - pixels[0, 16:32].numpy().astype(int)).max() <= 1

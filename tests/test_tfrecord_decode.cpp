@@ -9,8 +9,8 @@
 #include <opencv2/imgproc.hpp>
 #include <set>
 
-#include "data/augment.h"
-#include "data/jpeg/decode.h"
+#include "data/formats/jpeg/decode.h"
+#include "data/transforms/augment.h"
 
 namespace trainer {
 namespace {

@@ -7,12 +7,12 @@
 #include <fstream>
 #include <thread>
 
-#include "data/image_example.h"
-#include "data/tfrecord/crc32c.h"
-#include "data/tfrecord/file.h"
-#include "data/tfrecord/index.h"
-#include "data/tfrecord/record.h"
-#include "src/check.h"
+#include "base/check.h"
+#include "data/formats/tfrecord/crc32c.h"
+#include "data/formats/tfrecord/file.h"
+#include "data/formats/tfrecord/image_example.h"
+#include "data/formats/tfrecord/index.h"
+#include "data/formats/tfrecord/record.h"
 #include "tests/tfrecord_test_util.h"
 
 namespace trainer {

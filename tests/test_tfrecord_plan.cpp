@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <set>
 
-#include "data/step_shares.h"
-#include "data/tfrecord/epoch_plan.h"
+#include "data/sources/epoch_plan.h"
+#include "data/sources/step_shares.h"
 
 namespace trainer {
 namespace {

@@ -13,8 +13,8 @@
 #include <set>
 #include <string>
 
-#include "data/tfrecord_source.h"
-#include "src/check.h"
+#include "base/check.h"
+#include "data/sources/tfrecord_source.h"
 #include "src/sources.h"
 #include "tests/tfrecord_test_util.h"
 

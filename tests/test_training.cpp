@@ -9,11 +9,11 @@
 #include <fstream>
 #include <sstream>
 
-#include "src/check.h"
-#include "src/checkpoint.h"
+#include "base/check.h"
 #include "src/fit.h"
 #include "src/sources.h"
-#include "src/trainer.h"
+#include "src/state/checkpoint.h"
+#include "src/train/trainer.h"
 
 namespace trainer {
 namespace {

@@ -12,9 +12,9 @@
 #include <random>
 #include <string>
 
-#include "data/image_example.h"
-#include "data/tfrecord/index.h"
-#include "data/tfrecord/record.h"
+#include "data/formats/tfrecord/image_example.h"
+#include "data/formats/tfrecord/index.h"
+#include "data/formats/tfrecord/record.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace trainer;

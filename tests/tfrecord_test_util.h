@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "data/image_example.h"
-#include "data/jpeg_dataset.h"
-#include "data/tfrecord/index.h"
-#include "data/tfrecord/record.h"
+#include "data/datasets/jpeg_dataset.h"
+#include "data/formats/tfrecord/image_example.h"
+#include "data/formats/tfrecord/index.h"
+#include "data/formats/tfrecord/record.h"
 
 namespace trainer::testing {
 

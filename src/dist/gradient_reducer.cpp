@@ -5,7 +5,6 @@
 
 #include <algorithm>
 
-#include "src/dist/watchdog.h"
 
 namespace trainer {
 
@@ -159,7 +158,7 @@ void GradientReducer::launch(Bucket& bucket, int64_t index) {
   group_.allreduce_sum_(bucket.buffer, comm_stream_->stream());
   if (postdivide) bucket.buffer.mul_(scale);
   bucket.done->record(*comm_stream_);
-  if (Watchdog* watchdog = group_.watchdog())
+  if (CollectiveWatch* watchdog = group_.watchdog())
     watchdog->watch_stream("allreduce of gradient bucket " + std::to_string(index), *comm_stream_);
 }
 

@@ -3,7 +3,7 @@
 
 #include <cstdlib>
 
-#include "src/check.h"
+#include "base/check.h"
 #include "src/dist/host_comm.h"
 
 namespace trainer {
@@ -26,20 +26,44 @@ MPI_Datatype mpi_type(at::ScalarType type) {
   }
 }
 
+const char* thread_level_name(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE:
+      return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED:
+      return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED:
+      return "MPI_THREAD_SERIALIZED";
+    default:
+      return "MPI_THREAD_MULTIPLE";
+  }
+}
+
 class MpiComm final : public HostComm {
  public:
   MpiComm() {
     int provided = 0;
+    MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
+    // Errors come back as codes for MPI_CHECK to throw, instead of MPI's default abort, which
+    // would end the job without saying which call failed on which rank.
+    MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     // The watchdog thread may call MPI_Abort while the main thread sits in a collective.
-    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    USER_CHECK(provided >= MPI_THREAD_MULTIPLE, "the MPI library grants thread level ",
+               thread_level_name(provided),
+               ", and the collective watchdog needs MPI_THREAD_MULTIPLE (a second thread may end "
+               "the job while the first waits in a collective). Fix: run with an MPI built with "
+               "thread support (Open MPI 4 and 5 are by default; `ompi_info | grep -i thread` "
+               "says), or launch with torchrun, which needs no MPI");
+    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
     MPI_Comm local;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local);
-    MPI_Comm_rank(local, &local_rank_);
-    MPI_Comm_size(local, &local_size_);
-    MPI_Comm_free(&local);
+    MPI_CHECK(
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local));
+    MPI_CHECK(MPI_Comm_rank(local, &local_rank_));
+    MPI_CHECK(MPI_Comm_size(local, &local_size_));
+    MPI_CHECK(MPI_Comm_free(&local));
   }
+  // A destructor cannot throw: a failed MPI_Finalize at exit changes nothing the run has written.
   ~MpiComm() override { MPI_Finalize(); }
 
   int rank() const override { return rank_; }
@@ -50,15 +74,16 @@ class MpiComm final : public HostComm {
   // Collectives move a tensor's storage bytes as they lie: any dense layout (channels_last
   // weights included) works when every rank's tensor has the same strides.
   void allreduce_sum_(at::Tensor& tensor) override {
-    MPI_Allreduce(MPI_IN_PLACE, tensor.data_ptr(), static_cast<int>(tensor.numel()),
-                  mpi_type(tensor.scalar_type()), MPI_SUM, MPI_COMM_WORLD);
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, tensor.data_ptr(), static_cast<int>(tensor.numel()),
+                            mpi_type(tensor.scalar_type()), MPI_SUM, MPI_COMM_WORLD));
   }
   void broadcast_(at::Tensor& tensor, int root) override {
-    MPI_Bcast(tensor.data_ptr(), static_cast<int>(tensor.nbytes()), MPI_BYTE, root, MPI_COMM_WORLD);
+    MPI_CHECK(MPI_Bcast(tensor.data_ptr(), static_cast<int>(tensor.nbytes()), MPI_BYTE, root,
+                        MPI_COMM_WORLD));
   }
-  void barrier() override { MPI_Barrier(MPI_COMM_WORLD); }
+  void barrier() override { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
   [[noreturn]] void abort(int exit_code) override {
-    MPI_Abort(MPI_COMM_WORLD, exit_code);
+    MPI_Abort(MPI_COMM_WORLD, exit_code);  // does not return where it works; _Exit where not
     std::_Exit(exit_code);
   }
 

@@ -10,28 +10,11 @@
 #include <cstring>
 #include <fstream>
 
-#include "src/check.h"
-#include "src/dist/watchdog.h"
+#include "base/check.h"
+#include "src/dist/nccl_comm.h"
 
 namespace trainer {
 namespace {
-
-ncclDataType_t nccl_type(at::ScalarType type) {
-  switch (type) {
-    case at::kFloat:
-      return ncclFloat32;
-    case at::kHalf:
-      return ncclFloat16;
-    case at::kBFloat16:
-      return ncclBfloat16;
-    case at::kDouble:
-      return ncclFloat64;
-    case at::kLong:
-      return ncclInt64;
-    default:
-      TORCH_CHECK(false, "no NCCL type for ", type);
-  }
-}
 
 // "Using network AWS Libfabric" and the like, from NCCL's INFO log of its initialisation.
 std::string nccl_network_from_log(const std::string& path) {
@@ -50,7 +33,7 @@ std::atomic<bool> g_aborting{false};
 // never joins (stopped, stuck, looping) must end the job, not hang it.
 class HostCollective {
  public:
-  HostCollective(Watchdog* watchdog, const char* what) : watchdog_(watchdog) {
+  HostCollective(CollectiveWatch* watchdog, const char* what) : watchdog_(watchdog) {
     if (watchdog_) watchdog_->begin_host(what);
   }
   ~HostCollective() {
@@ -60,7 +43,7 @@ class HostCollective {
   HostCollective& operator=(const HostCollective&) = delete;
 
  private:
-  Watchdog* watchdog_;
+  CollectiveWatch* watchdog_;
 };
 
 constexpr int kHostnameBytes = 256;
@@ -83,9 +66,7 @@ ProcessGroup::ProcessGroup(const Environment& env, std::chrono::seconds timeout)
   hosts_ = gather_hostnames(env.hostname);
 }
 
-ProcessGroup::~ProcessGroup() {
-  if (nccl_) ncclCommDestroy(nccl_);
-}
+ProcessGroup::~ProcessGroup() = default;
 
 // Each rank fills its own slot of a zeroed table; the sum over ranks is every rank's name.
 std::vector<std::string> ProcessGroup::gather_hostnames(const std::string& mine) {
@@ -103,25 +84,15 @@ std::string ProcessGroup::init_nccl(c10::Device device) {
   if (!device.is_cuda() || !comm_) return "";
   const std::string log_path = "/tmp/trainer-nccl-init." + std::to_string(::getpid()) + ".log";
   if (capture_nccl_log_) capture_nccl_init_log(log_path);
-  ncclUniqueId id;
-  if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
-  at::Tensor id_bytes = at::from_blob(&id, {static_cast<int64_t>(sizeof(id))}, at::kByte);
-  {
-    HostCollective watched(watchdog_, "the broadcast of the NCCL id");
-    comm_->broadcast_(id_bytes, 0);
-  }
   c10::cuda::CUDAGuard guard(device);
-  {
-    HostCollective watched(watchdog_, "NCCL communicator set-up");
-    NCCL_CHECK(ncclCommInitRank(&nccl_, size_, id, rank_));
-  }
-  int version = 0;
-  NCCL_CHECK(ncclGetVersion(&version));
+  nccl_ = std::make_unique<NcclComm>(*comm_, [this](const char* what, const auto& step) {
+    HostCollective watched(watchdog_, what);
+    step();
+  });
   const std::string network =
       capture_nccl_log_ ? nccl_network_from_log(log_path) : "see NCCL_DEBUG output";
   std::remove(log_path.c_str());
-  return "NCCL " + std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) +
-         "." + std::to_string(version % 100) + ", network: " + network;
+  return "NCCL " + NcclComm::version() + ", network: " + network;
 }
 
 // Collectives move a tensor's storage bytes as they lie. Any dense layout works (channels_last
@@ -132,8 +103,7 @@ void ProcessGroup::allreduce_sum_(at::Tensor& tensor, cudaStream_t stream) {
   if (size_ == 1 && !nccl_) return;
   if (tensor.is_cuda()) {
     TORCH_INTERNAL_ASSERT(nccl_, "allreduce of a device tensor needs init_nccl first");
-    NCCL_CHECK(ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
-                             nccl_type(tensor.scalar_type()), ncclSum, nccl_, stream));
+    nccl_->allreduce_sum_(tensor, stream);
     return;
   }
   HostCollective watched(watchdog_, "the all-reduce of a host tensor");
@@ -145,8 +115,7 @@ void ProcessGroup::broadcast_(at::Tensor& tensor, int root, cudaStream_t stream)
   if (size_ == 1) return;
   if (tensor.is_cuda()) {
     TORCH_INTERNAL_ASSERT(nccl_, "broadcast of a device tensor needs init_nccl first");
-    NCCL_CHECK(ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
-                             nccl_type(tensor.scalar_type()), root, nccl_, stream));
+    nccl_->broadcast_(tensor, root, stream);
     return;
   }
   HostCollective watched(watchdog_, "the broadcast of a host tensor");
@@ -177,17 +146,12 @@ std::vector<double> ProcessGroup::allgather(double value) {
 }
 
 void ProcessGroup::check_async_error() {
-  if (!nccl_) return;
-  ncclResult_t async = ncclSuccess;
-  NCCL_CHECK(ncclCommGetAsyncError(nccl_, &async));
-  if (async != ncclSuccess)
-    throw std::runtime_error(std::string("NCCL reported an asynchronous error: ") +
-                             ncclGetErrorString(async) + " (" + ncclGetLastError(nccl_) + ")");
+  if (nccl_) nccl_->check_async_error();
 }
 
 void ProcessGroup::abort_job(int exit_code) {
   if (!g_aborting.exchange(true)) {
-    if (nccl_) ncclCommAbort(nccl_);
+    if (nccl_) nccl_->abort();
     if (comm_) comm_->abort(exit_code);
   }
   std::_Exit(exit_code);

@@ -1,14 +1,14 @@
 // The processes of one training job and their collectives. Under mpirun or torchrun the ranks,
 // the world size and the node-local ranks come from the launcher, and host-side collectives go
 // over its transport (src/dist/host_comm.h: MPI, or Gloo over the c10d store); on GPUs an NCCL
-// communicator, made from a unique id rank 0 broadcasts over that transport, carries the device
-// tensors. Started alone, a world of one with neither.
+// communicator (src/dist/nccl_comm.h), made from a unique id rank 0 broadcasts over that
+// transport, carries the device tensors. Started alone, a world of one with neither.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
-#include <nccl.h>
 
 #include <chrono>
 #include <memory>
@@ -20,14 +20,30 @@
 
 namespace trainer {
 
-class Watchdog;
+class NcclComm;
+
+// What times a group's collectives: the collective watchdog (src/dist/watchdog.h) registers
+// itself as one for its lifetime. Every collective reports to it, so that a rank that never joins
+// ends the job instead of hanging it.
+class CollectiveWatch {
+ public:
+  virtual ~CollectiveWatch() = default;
+  // The training step now running, for the message when a collective times out.
+  virtual void set_step(int64_t step) = 0;
+  // A device collective just enqueued on `stream`: done when the stream gets past this point.
+  virtual void watch_stream(const std::string& what, const c10::cuda::CUDAStream& stream) = 0;
+  // A blocking host collective about to start / just finished, on the calling thread.
+  virtual void begin_host(const std::string& what) = 0;
+  virtual void end_host() = 0;
+};
 
 class ProcessGroup {
  public:
   // Joins the job `env.launcher` started. `timeout`: how long Gloo waits for the rendezvous and
   // for a collective (the watchdog, which names the collective, fires first).
   ProcessGroup(const Environment& env, std::chrono::seconds timeout);
-  ~ProcessGroup();  // destroys the NCCL communicator, then the launcher's transport
+  ~ProcessGroup();  // destroys the NCCL communicator, then the launcher's transport (members'
+                    // order)
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
@@ -62,8 +78,8 @@ class ProcessGroup {
   // The watchdog that times this group's collectives, if one exists: a Watchdog registers itself
   // here for its lifetime. Blocking host collectives report to it; so do the reducer's NCCL
   // reductions.
-  void set_watchdog(Watchdog* watchdog) { watchdog_ = watchdog; }
-  Watchdog* watchdog() const { return watchdog_; }
+  void set_watchdog(CollectiveWatch* watchdog) { watchdog_ = watchdog; }
+  CollectiveWatch* watchdog() const { return watchdog_; }
 
   // Polls NCCL for an asynchronous error (a peer died, the network failed); throws if any.
   void check_async_error();
@@ -80,8 +96,8 @@ class ProcessGroup {
   bool capture_nccl_log_ = false;   // the user left NCCL_DEBUG unset: report NCCL's network choice
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   std::vector<std::string> hosts_;
-  ncclComm_t nccl_ = nullptr;
-  Watchdog* watchdog_ = nullptr;
+  std::unique_ptr<NcclComm> nccl_;  // null: no GPU, or alone
+  CollectiveWatch* watchdog_ = nullptr;
 };
 
 }  // namespace trainer

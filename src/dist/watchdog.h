@@ -24,7 +24,7 @@
 
 namespace trainer {
 
-class Watchdog {
+class Watchdog final : public CollectiveWatch {
  public:
   // `device`: where the watched streams run (the thread binds to it, so that querying their
   // events creates no CUDA context on another GPU).
@@ -33,13 +33,10 @@ class Watchdog {
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
-  // The training step now running, for the message when a collective times out.
-  void set_step(int64_t step) { step_ = step; }
-  // A device collective just enqueued on `stream`: done when the stream gets past this point.
-  void watch_stream(const std::string& what, const c10::cuda::CUDAStream& stream);
-  // A host collective (blocking MPI) about to start / just finished, on the calling thread.
-  void begin_host(const std::string& what);
-  void end_host();
+  void set_step(int64_t step) override { step_ = step; }
+  void watch_stream(const std::string& what, const c10::cuda::CUDAStream& stream) override;
+  void begin_host(const std::string& what) override;
+  void end_host() override;
 
  private:
   struct Watched {

@@ -12,7 +12,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "src/check.h"
+#include "base/check.h"
 #include "src/device.h"
 #include "src/dist/process_group.h"
 #include "src/environment.h"

@@ -9,8 +9,8 @@
 #include <iostream>
 #include <string>
 
-#include "data/tfrecord/file.h"
-#include "data/tfrecord_source.h"
+#include "data/formats/tfrecord/file.h"
+#include "data/sources/tfrecord_source.h"
 #include "src/tools/tool_main.h"
 
 using namespace std::string_literals;

@@ -2,7 +2,7 @@
 // classes) as an ImageFolder tree and/or ImageNet-format TFRecord shards (train and validation).
 #include <iostream>
 
-#include "data/jpeg_dataset.h"
+#include "data/datasets/jpeg_dataset.h"
 #include "src/tools/tool_main.h"
 
 int main(int argc, char** argv) {

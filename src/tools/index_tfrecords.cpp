@@ -2,8 +2,8 @@
 // beside them or into --out-dir (named as the trainer's index cache names them).
 #include <iostream>
 
-#include "data/tfrecord/file.h"
-#include "data/tfrecord/index.h"
+#include "data/formats/tfrecord/file.h"
+#include "data/formats/tfrecord/index.h"
 #include "src/tools/tool_main.h"
 
 int main(int argc, char** argv) {

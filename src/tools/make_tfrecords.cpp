@@ -3,7 +3,7 @@
 #include <iostream>
 #include <thread>
 
-#include "data/image_folder.h"
+#include "data/datasets/image_folder.h"
 #include "src/tools/tool_main.h"
 
 int main(int argc, char** argv) {

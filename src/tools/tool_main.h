@@ -6,7 +6,7 @@
 #include <exception>
 #include <iostream>
 
-#include "src/check.h"
+#include "base/check.h"
 
 namespace trainer {
 

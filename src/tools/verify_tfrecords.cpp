@@ -3,8 +3,8 @@
 #include <iostream>
 #include <thread>
 
-#include "data/tfrecord/file.h"
-#include "data/tfrecord/verify.h"
+#include "data/formats/tfrecord/file.h"
+#include "data/formats/tfrecord/verify.h"
 #include "src/tools/tool_main.h"
 
 int main(int argc, char** argv) {

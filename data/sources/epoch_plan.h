@@ -1,0 +1,49 @@
+// Which records a rank reads in an epoch, and in what order. See Note [Equal steps on all ranks].
+// The plan depends only on (record counts per file, seed, epoch, position, rank, world size): no
+// I/O, no communication, so every rank computes its part of the same global order independently.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace trainer {
+
+// Note [Equal steps on all ranks]
+// Training: the epoch's global order is built from the seed and the epoch alone: files shuffled,
+// each file cut into blocks of contiguous records whose order is shuffled within the file,
+// records shuffled within their block, then a shuffle buffer mixes neighbouring blocks. Each step
+// takes the next global batch of that order and deals it to the ranks (Note [Elastic epoch order]
+// in data/sources/step_shares.h), so every rank runs the same number of steps, the epoch's last
+// step is short rather than dropping records, and a rank's share of a step is a few runs of
+// contiguous records, read in multi-MB blocks. Evaluation: the records in file order, cut into
+// `world` contiguous slices whose sizes differ by at most one; each record is seen exactly once
+// across ranks, nothing is padded, and the last batch is short.
+
+struct PlanOptions {
+  bool training = true;
+  uint64_t seed = 0;           // shared by all ranks
+  int64_t batch_size = 1;      // per rank
+  int64_t shuffle_buffer = 0;  // records; 0 or 1: no buffer
+  int64_t block_records = 64;  // records per read block (shuffled as a unit between files)
+  int rank = 0;
+  int world_size = 1;
+};
+
+// Global record ids: file f's record i is first_record[f] + i (files in listing order).
+struct RecordTable {
+  std::vector<int64_t> first_record;  // (F + 1) prefix sums of records per file
+  explicit RecordTable(const std::vector<int64_t>& records_per_file);
+  int64_t total() const { return first_record.back(); }
+  int file_of(int64_t record) const;  // binary search
+};
+
+// The whole epoch's order of global record ids (training: shuffled; evaluation: identity).
+std::vector<int64_t> global_order(const RecordTable& table, const PlanOptions& options,
+                                  int64_t epoch);
+
+// This rank's records of `epoch` from global position `position` on (training; evaluation always
+// starts at 0), in the order they are yielded.
+std::vector<int64_t> rank_plan(const RecordTable& table, const PlanOptions& options, int64_t epoch,
+                               int64_t position = 0);
+
+}  // namespace trainer

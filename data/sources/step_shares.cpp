@@ -1,0 +1,55 @@
+#include "data/sources/step_shares.h"
+
+#include <algorithm>
+
+#include "base/check.h"
+
+namespace trainer {
+
+int64_t step_samples(int64_t samples, int64_t position, int64_t global_batch) {
+  const int64_t left = std::max<int64_t>(samples - position, 0);
+  // A single sample left after this step would be a step of its own: it joins this one.
+  if (left <= global_batch || (global_batch > 1 && left == global_batch + 1)) return left;
+  return global_batch;
+}
+
+int64_t steps_left(int64_t samples, int64_t position, int64_t global_batch) {
+  TORCH_INTERNAL_ASSERT(global_batch > 0 && position >= 0);
+  const int64_t left = std::max<int64_t>(samples - position, 0);
+  if (global_batch == 1 || left <= 1) return left;
+  // ceil(left / global_batch), one fewer when the remainder is a single sample.
+  return (left + global_batch - 2) / global_batch;
+}
+
+Share share_of(int64_t step_samples, int64_t batch_size, int rank, int world_size) {
+  TORCH_INTERNAL_ASSERT(world_size > 0 && rank >= 0 && rank < world_size);
+  const bool short_step = step_samples < batch_size * world_size;
+  if (!short_step || step_samples >= 2 * world_size || step_samples < 2) {
+    // Even: counts differ by one at most.
+    const int64_t base = step_samples / world_size, extra = step_samples % world_size;
+    return {rank * base + std::min<int64_t>(rank, extra), base + (rank < extra ? 1 : 0)};
+  }
+  // Too few for two each: pairs from rank 0 on, the last pair taking an odd sample.
+  const int64_t pairs = step_samples / 2;
+  if (rank >= pairs) return {step_samples, 0};
+  return {2 * rank, rank == pairs - 1 ? step_samples - 2 * rank : 2};
+}
+
+std::vector<int64_t> rank_samples(const std::vector<int64_t>& order, int64_t position,
+                                  int64_t batch_size, int rank, int world_size) {
+  TORCH_INTERNAL_ASSERT(batch_size > 0);
+  const int64_t total = static_cast<int64_t>(order.size()), global = batch_size * world_size;
+  std::vector<int64_t> out, step;
+  out.reserve(static_cast<size_t>(steps_left(total, position, global) * batch_size + 1));
+  for (int64_t p = position; p < total;) {
+    const int64_t n = step_samples(total, p, global);
+    step.assign(order.begin() + p, order.begin() + p + n);
+    std::sort(step.begin(), step.end());  // storage order: Note [Elastic epoch order]
+    const Share share = share_of(n, batch_size, rank, world_size);
+    out.insert(out.end(), step.begin() + share.begin, step.begin() + share.begin + share.count);
+    p += n;
+  }
+  return out;
+}
+
+}  // namespace trainer

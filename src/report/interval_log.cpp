@@ -1,0 +1,118 @@
+#include "src/report/interval_log.h"
+
+#include <ATen/ATen.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+namespace trainer {
+
+IntervalLog::IntervalLog(const Config& config, at::Device device)
+    : config_(config), loss_sum_(at::zeros({}, at::TensorOptions().device(device))) {
+  reset();
+}
+
+void IntervalLog::add(const at::Tensor& loss, int64_t rows, int64_t step_images) {
+  loss_sum_.add_(loss, rows);
+  rows_ += rows;
+  images_ += step_images;
+  ++steps_;
+}
+
+void IntervalLog::add_data_wait(double ms) { data_wait_ms_ += ms; }
+
+void IntervalLog::reset() {
+  loss_sum_.zero_();
+  steps_ = rows_ = images_ = 0;
+  data_wait_ms_ = 0;
+  start_ = std::chrono::steady_clock::now();
+}
+
+double IntervalLog::flush(const Trainer& trainer, const BatchSource& train, const Position& at,
+                          MetricsLog& metrics) {
+  const RankSpread spread = rank_spread(trainer, at.step, metrics);
+  double loss_sum = loss_sum_.item<double>();
+  int64_t rows = rows_, bad = train.bad_records();
+  if (ProcessGroup* group = trainer.group(); group && group->size() > 1) {  // over all ranks
+    const auto sums = group->allgather(loss_sum);
+    loss_sum = std::accumulate(sums.begin(), sums.end(), 0.0);
+    rows = group->sum(rows);
+    bad = group->sum(bad);
+  }
+  const double loss = loss_sum / static_cast<double>(std::max<int64_t>(rows, 1));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const double images_per_s = static_cast<double>(images_) / std::max(seconds, 1e-9);
+  const double seconds_left =
+      static_cast<double>(at.total_steps - at.step) * seconds / std::max<int64_t>(steps_, 1);
+  const LossScaler& scaler = trainer.loss_scaler();
+  const double scale = scaler.enabled() ? scaler.scale_value() : 1;
+  const int64_t skipped = scaler.enabled() ? scaler.skipped_steps_value() : 0;
+  spdlog::info(
+      "epoch {}/{} ({:.0f}%) step {}/{} | {:.1f} img/s | loss {:.4f} | lr {:.5f} | scale {:g} | "
+      "{} left",
+      at.epoch + 1, config_.epochs, 100 * at.epoch_fraction, at.step, at.total_steps, images_per_s,
+      loss, at.lr, scale, format_duration(seconds_left));
+  metrics.write("train", {{"epoch", at.epoch + 1},
+                          {"step", at.step},
+                          {"epoch_progress", at.epoch_fraction},
+                          {"images_per_s", images_per_s},
+                          {"loss", loss},
+                          {"lr", at.lr},
+                          {"image_size", at.image_size},
+                          {"loss_scale", scale},
+                          {"input_wait_ms", spread.input_wait_ms},
+                          {"compute_spread_ms", spread.compute_spread_ms},
+                          {"skipped_steps", skipped},
+                          {"bad_records", bad},
+                          {"seconds_left", seconds_left}});
+  metrics.flush();
+  reset();
+  return loss;
+}
+
+// Each rank's compute time (forward + backward of its last step) and input wait per step,
+// gathered on every rank; over several ranks the slowest is named (stragglers cost scaling).
+IntervalLog::RankSpread IntervalLog::rank_spread(const Trainer& trainer, int64_t step,
+                                                 MetricsLog& metrics) const {
+  const double wait = data_wait_ms_ / std::max<int64_t>(steps_, 1);
+  ProcessGroup* group = trainer.group();
+  if (!group || group->size() == 1) return {wait, 0};
+  std::vector<double> compute = group->allgather(trainer.last_step_compute_ms());
+  std::vector<double> waits = group->allgather(wait);
+  int slowest = 0;
+  for (int r = 1; r < group->size(); ++r)
+    if (compute[r] + waits[r] > compute[slowest] + waits[slowest]) slowest = r;
+  const auto [lo, hi] = std::minmax_element(compute.begin(), compute.end());
+  const double longest_wait = *std::max_element(waits.begin(), waits.end());
+  spdlog::info(
+      "step {} ranks: compute {:.1f}-{:.1f} ms, input wait up to {:.1f} ms; slowest "
+      "rank {} ({}): {:.1f} ms compute + {:.1f} ms input wait",
+      step, *lo, *hi, longest_wait, slowest, group->hosts()[slowest], compute[slowest],
+      waits[slowest]);
+  metrics.write("ranks", {{"step", step},
+                          {"compute_ms_min", *lo},
+                          {"compute_ms_max", *hi},
+                          {"slowest_rank", int64_t{slowest}},
+                          {"slowest_host", group->hosts()[slowest]}});
+  return {longest_wait, *hi - *lo};
+}
+
+std::string format_duration(double seconds) {
+  const int64_t s = std::llround(std::max(0.0, seconds));
+  char text[32];
+  if (s >= 3600)
+    std::snprintf(text, sizeof(text), "%lldh%02lldm", static_cast<long long>(s / 3600),
+                  static_cast<long long>(s % 3600 / 60));
+  else if (s >= 60)
+    std::snprintf(text, sizeof(text), "%lldm%02llds", static_cast<long long>(s / 60),
+                  static_cast<long long>(s % 60));
+  else
+    std::snprintf(text, sizeof(text), "%llds", static_cast<long long>(s));
+  return text;
+}
+
+}  // namespace trainer

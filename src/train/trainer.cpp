@@ -1,0 +1,313 @@
+#include "src/train/trainer.h"
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAStream.h>
+#include <spdlog/spdlog.h>
+#include <torch/utils.h>
+
+#include <chrono>
+
+#include "base/check.h"
+#include "base/seed.h"
+#include "data/transforms/device_input.h"
+#include "src/state/weights.h"
+#include "src/train/autocast.h"
+
+namespace trainer {
+namespace {
+
+std::optional<at::ScalarType> autocast_dtype_for(const std::string& precision) {
+  if (precision == "fp16") return at::kHalf;
+  if (precision == "bf16") return at::kBFloat16;
+  return std::nullopt;
+}
+
+ResNet build_model(const Config& config) {
+  torch::manual_seed(config.seed);  // same initial weights for the same seed, on any device
+  return ResNet(ResNetOptions{resnet_depth_from_name(config.arch), config.num_classes,
+                              config.zero_init_residual, config.blurpool});
+}
+
+// Moves 4-D weights to channels_last so cuDNN runs NHWC kernels with no layout conversions.
+void to_channels_last(ResNet& model) {
+  at::NoGradGuard no_grad;
+  for (auto& p : model->parameters())
+    if (p.dim() == 4) p.set_data(p.data().contiguous(c10::MemoryFormat::ChannelsLast));
+}
+
+OptimizerOptions optimizer_options(const Config& c) {
+  return {c.optimizer, c.momentum, c.nesterov, c.weight_decay, c.decay_bn_and_bias, c.lars_eta};
+}
+
+ReducerOptions reducer_options(const Config& c, c10::Device device) {
+  USER_CHECK(c.grad_compression == "none" || device.is_cuda(),
+             "grad_compression = ", c.grad_compression,
+             " needs GPUs (NCCL); on the CPU set grad_compression = none");
+  ReducerOptions options;
+  options.bucket_bytes = c.bucket_mb << 20;
+  options.predivide = c.grad_average == "pre";
+  options.wire_dtype = c.grad_compression == "fp16"   ? at::kHalf
+                       : c.grad_compression == "bf16" ? at::kBFloat16
+                                                      : at::kFloat;
+  return options;
+}
+
+// Overwrites each tensor with rank 0's (collective), on the current stream when on the GPU. The
+// watchdog times the device broadcasts like the gradients' all-reduces: a rank that never joins
+// (stuck in a read, say) ends the job instead of blocking the others forever. `what` names them.
+void broadcast_from_rank0(const std::vector<at::Tensor>& tensors, ProcessGroup& group,
+                          const std::string& what) {
+  bool on_device = false;
+  for (at::Tensor t : tensors) {
+    on_device |= t.is_cuda();
+    auto stream = t.is_cuda() ? c10::cuda::getCurrentCUDAStream().stream() : nullptr;
+    group.broadcast_(t, /*root=*/0, stream);
+  }
+  // Host tensors went through the blocking host collective, which the watchdog already times.
+  if (CollectiveWatch* watchdog = group.watchdog(); watchdog && on_device)
+    watchdog->watch_stream(what, c10::cuda::getCurrentCUDAStream());
+}
+
+// Parameters as plain tensors sharing their storage (broadcast writes into them in place).
+std::vector<at::Tensor> parameter_data(torch::nn::Module& module) {
+  std::vector<at::Tensor> out;
+  for (const auto& p : module.parameters()) out.push_back(p.data());
+  return out;
+}
+
+// The parameters the optimizer updates: all, or with trainable = classifier only the classifier's
+// (the others stop requiring gradients, so backward does not compute theirs).
+Optimizer::NamedParameters trainable_parameters(ResNet& model, const std::string& trainable) {
+  Optimizer::NamedParameters out;
+  for (auto& item : model->named_parameters()) {
+    const bool trains = trainable == "all" || is_classifier_parameter(item.key());
+    item.value().set_requires_grad(trains);
+    if (trains) out.emplace_back(item.key(), item.value());
+  }
+  return out;
+}
+
+std::vector<at::Tensor> tensors_of(const Optimizer::NamedParameters& named) {
+  std::vector<at::Tensor> out;
+  for (const auto& [name, tensor] : named) out.push_back(tensor);
+  return out;
+}
+
+// The EMA's decay per update: ema_decay, or the one that gives ema_half_life_images at this run's
+// images per step (recomputed at each start, so a resize keeps the half-life in images).
+double ema_decay_per_update(const Config& c) {
+  if (c.ema_decay > 0) return c.ema_decay;
+  return decay_for_half_life(c.ema_half_life_images,
+                             static_cast<double>(c.images_per_step() * c.ema_every_steps));
+}
+
+LossScalerOptions scaler_options(const Config& c) {
+  LossScalerOptions options;
+  options.enabled = c.precision == "fp16";
+  options.init_scale = c.loss_scale_init;
+  options.growth_interval = c.loss_scale_growth_interval;
+  return options;
+}
+
+}  // namespace
+
+Trainer::Trainer(const Config& config, c10::Device device, ProcessGroup* group)
+    : config_(config),
+      device_(device),
+      autocast_dtype_(autocast_dtype_for(config.precision)),
+      input_dtype_(autocast_dtype_.value_or(at::kFloat)),
+      memory_format_(device.is_cuda() && config.channels_last ? c10::MemoryFormat::ChannelsLast
+                                                              : c10::MemoryFormat::Contiguous),
+      group_(group),
+      model_(build_model(config)),
+      scaler_(scaler_options(config), device),
+      loss_{config.loss, config.label_smoothing},
+      mixing_{config.mixup_alpha, config.cutmix_alpha} {
+  model_->to(device);
+  if (memory_format_ == c10::MemoryFormat::ChannelsLast) to_channels_last(model_);
+  const Optimizer::NamedParameters trained = trainable_parameters(model_, config.trainable);
+  optimizer_ = std::make_unique<Optimizer>(trained, optimizer_options(config));
+  if (group_ && group_->launched()) {
+    broadcast_from_rank0(parameter_data(*model_), *group_, "the broadcast of rank 0's weights");
+    broadcast_from_rank0(model_->buffers(), *group_, "the broadcast of rank 0's BN statistics");
+    reducer_ = std::make_unique<GradientReducer>(tensors_of(trained), *group_,
+                                                 reducer_options(config, device));
+  }
+  if (config.ema_decay > 0 || config.ema_half_life_images > 0) {
+    ResNet average = build_model(config);
+    average->to(device);
+    if (memory_format_ == c10::MemoryFormat::ChannelsLast) to_channels_last(average);
+    ema_ = std::make_unique<WeightAverage>(model_, std::move(average), ema_decay_per_update(config),
+                                           config.ema_every_steps);
+  }
+  if (device.is_cuda()) {
+    step_start_.emplace(cudaEventDefault);
+    step_backward_done_.emplace(cudaEventDefault);
+  }
+  set_training_mode();
+}
+
+void Trainer::set_training_mode() { model_->train(config_.trainable == "all"); }
+
+at::Tensor Trainer::prepare_images(const at::Tensor& images) const {
+  return normalize_images(images.to(device_, /*non_blocking=*/true), input_dtype_, memory_format_);
+}
+
+std::pair<at::Tensor, at::Tensor> Trainer::mix(const at::Tensor& images, const at::Tensor& labels) {
+  if (!mixing_.enabled()) return {images, labels};
+  // One draw per (step, micro-batch, rank): the same again when a run resumes at this step.
+  const int64_t rank = group_ ? group_->rank() : 0;
+  const uint64_t seed = mix_seed(mix_seed(config_.seed ^ 0x6D69787570ULL, step_),
+                                 static_cast<uint64_t>(micro_batch_ * config_.world_size + rank));
+  const MixDraw draw = draw_mix(mixing_, seed, images.size(2), images.size(3));
+  return apply_mix(draw, images, one_hot_targets(labels, config_.num_classes));
+}
+
+at::Tensor Trainer::forward_backward(const Batch& batch, double loss_weight) {
+  // (N, 3, H, W) images; targets: (N) class indices, or (N, classes) probabilities when mixed.
+  const auto [images, targets] =
+      mix(prepare_images(batch.images), batch.labels.to(device_, /*non_blocking=*/true));
+  at::Tensor loss;
+  {
+    AutocastGuard autocast(device_.type(), autocast_dtype_);
+    at::Tensor logits = model_->forward(images);  // (N, classes)
+    loss = training_loss(logits.to(at::kFloat), targets, loss_);
+  }
+  scaler_.scale(loss_weight == 1.0 ? loss : loss * loss_weight).backward();
+  return loss.detach();
+}
+
+at::Tensor Trainer::train_step(const Batch& batch, double lr, double loss_weight) {
+  begin_step();
+  at::Tensor loss = accumulate(batch, loss_weight, /*last=*/true);
+  end_step(lr);
+  return loss;
+}
+
+void Trainer::begin_step() {
+  step_host_start_ = std::chrono::steady_clock::now();
+  ++step_;
+  if (CollectiveWatch* watchdog = group_ ? group_->watchdog() : nullptr) watchdog->set_step(step_);
+  if (step_start_) step_start_->record();
+  if (reducer_) reducer_->prepare_step();
+  micro_batch_ = 0;
+}
+
+at::Tensor Trainer::accumulate(const Batch& batch, double loss_weight, bool last) {
+  if (reducer_) reducer_->set_accumulating(!last);
+  const bool empty = batch.labels.size(0) == 0;
+  TORCH_INTERNAL_ASSERT(!empty || reducer_, "an empty batch only happens with several ranks");
+  at::Tensor loss = empty ? at::zeros({}, at::TensorOptions().device(device_))
+                          : forward_backward(batch, loss_weight);
+  ++micro_batch_;
+  return loss;
+}
+
+void Trainer::end_step(double lr) {
+  if (step_backward_done_) step_backward_done_->record();
+  last_step_host_ms_ =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_host_start_)
+          .count();
+  // Averaged gradients: every rank unscales the same values, finds the same overflow and skips
+  // the same steps, so the replicas never diverge.
+  if (reducer_) reducer_->finish_step();
+  scaler_.unscale_(optimizer_->grads());
+  optimizer_->step(lr, scaler_.found_inf());
+  scaler_.update();
+  optimizer_->zero_grad();
+  if (ema_) ema_->update(step_);
+}
+
+EvalResult Trainer::evaluate(BatchSource& source, bool ema) {
+  TORCH_INTERNAL_ASSERT(!ema || ema_, "evaluate(ema) without an EMA");
+  at::NoGradGuard no_grad;
+  ResNet& model = ema ? ema_->model_for_evaluation() : model_;
+  model->eval();
+  at::Tensor top1 = at::zeros({}, at::TensorOptions().device(device_).dtype(at::kLong));
+  at::Tensor top5 = top1.clone();
+  int64_t images = 0;
+  source.start_epoch(0);
+  for (int64_t b = source.batches_left(); b > 0; --b) {
+    Batch batch = source.next_batch();
+    at::Tensor labels = batch.labels.to(device_, /*non_blocking=*/true).unsqueeze(1);  // (N, 1)
+    at::Tensor logits;
+    {
+      AutocastGuard autocast(device_.type(), autocast_dtype_);
+      logits = model->forward(prepare_images(batch.images));  // (N, classes)
+    }
+    const int64_t k = std::min<int64_t>(5, logits.size(1));
+    at::Tensor predicted = std::get<1>(logits.topk(k, /*dim=*/1));  // (N, k), best first
+    at::Tensor hits = predicted.eq(labels);                         // (N, k)
+    top1 += hits.select(1, 0).sum();
+    top5 += hits.any(1).sum();
+    images += batch.labels.size(0);
+  }
+  set_training_mode();
+  EvalResult result{images, top1.item<int64_t>(), top5.item<int64_t>()};
+  if (group_) {
+    result.images = group_->sum(result.images);
+    result.top1_correct = group_->sum(result.top1_correct);
+    result.top5_correct = group_->sum(result.top5_correct);
+  }
+  return result;
+}
+
+void Trainer::sync_buffers() {
+  if (group_ && group_->size() > 1)
+    broadcast_from_rank0(model_->buffers(), *group_, "the broadcast of rank 0's BN statistics");
+}
+
+double Trainer::last_step_compute_ms() const {
+  if (!step_backward_done_) return last_step_host_ms_;
+  step_backward_done_->synchronize();
+  return step_start_->elapsed_time(*step_backward_done_);
+}
+
+Checkpoint Trainer::checkpoint(const Progress& progress) const {
+  Checkpoint out;
+  out.model = state_dict(*model_);
+  out.optimizer = optimizer_->state();
+  if (ema_) out.ema = ema_->state();
+  out.architecture = architecture();
+  out.loss_scale = scaler_.scale_value();
+  out.loss_scale_growth_tracker = scaler_.growth_tracker_value();
+  out.progress = progress;
+  out.world_size = config_.world_size;
+  out.global_batch = config_.images_per_step();
+  out.config = config_to_toml(config_);
+  return out;
+}
+
+bool Trainer::load_weights(const TensorMap& weights, const std::string& source,
+                           bool keep_new_classifier) {
+  const bool kept = trainer::load_weights(model_, weights, source, keep_new_classifier);
+  if (ema_) ema_->reset();  // the average starts from the weights the run starts from
+  return kept;
+}
+
+std::string Trainer::architecture() const {
+  return config_.arch + (config_.blurpool ? "-blurpool" : "");
+}
+
+void Trainer::restore(const Checkpoint& checkpoint) {
+  USER_CHECK(checkpoint.architecture.empty() || checkpoint.architecture == architecture(),
+             "the checkpoint to resume from holds a ", checkpoint.architecture,
+             ", this run builds a ", architecture(),
+             ". Fix: the run's arch and blurpool as they were, or resume = none");
+  load_state_dict(*model_, checkpoint.model, "checkpoint");
+  optimizer_->load_state(checkpoint.optimizer);
+  scaler_.load(checkpoint.loss_scale, checkpoint.loss_scale_growth_tracker);
+  step_ = checkpoint.progress.step;
+  if (!ema_) return;
+  if (!checkpoint.ema.empty()) {
+    ema_->load(checkpoint.ema);
+  } else {
+    ema_->reset();
+    spdlog::warn(
+        "the checkpoint has no EMA of the weights (EMA was off): it starts from the "
+        "resumed weights at step {}",
+        step_);
+  }
+}
+
+}  // namespace trainer

@@ -1,0 +1,111 @@
+"""The layout shows the architecture, and the includes keep to it: base/ (what every layer uses)
+includes nothing of ours above it; models/ and data/ include nothing from src/; inside data/,
+formats < transforms < datasets < sources; no two units (a header and its source) include each
+other, however indirectly; and README's layout table names the folder of every source file."""
+import re
+from collections import defaultdict
+
+from conftest import ROOT
+
+SOURCE_DIRS = ["base", "models", "data", "src"]
+# What each floor may include, besides itself; the longest matching folder decides. src/ and the
+# tests may include anything below them.
+MAY_INCLUDE = {
+    "base": set(),
+    "models": {"base"},
+    "data/formats": {"base"},
+    "data/transforms": {"base", "data/formats"},
+    "data/datasets": {"base", "data/formats", "data/transforms"},
+    "data/sources": {"base", "data/formats", "data/transforms", "data/datasets"},
+}
+INCLUDE = re.compile(r'^#include "((?:base|models|data|src)/[^"]+)"', re.M)
+
+
+def sources():
+    return sorted(p for d in SOURCE_DIRS for p in (ROOT / d).rglob("*")
+                  if p.suffix in (".h", ".cpp", ".cu"))
+
+
+def rel(path):
+    return path.relative_to(ROOT).as_posix()
+
+
+def floor(path):
+    folders = [f for f in MAY_INCLUDE if path == f or path.startswith(f + "/")]
+    return max(folders, key=len) if folders else None
+
+
+def includes():
+    return {rel(p): [i for i in INCLUDE.findall(p.read_text()) if not i.endswith(".pb.h")]
+            for p in sources()}
+
+
+def test_every_include_names_a_file_of_the_project():
+    missing = [f"{f}: {i}" for f, incs in includes().items() for i in incs
+               if not (ROOT / i).is_file()]
+    assert missing == []
+
+
+def test_no_include_runs_from_a_lower_floor_to_a_higher_one():
+    upward = []
+    for f, incs in includes().items():
+        mine = floor(f)
+        if mine is None:
+            continue
+        for i in incs:
+            theirs = floor(i)
+            if theirs != mine and theirs not in MAY_INCLUDE[mine]:
+                upward.append(f"{f} ({mine}) includes {i} ({theirs or 'src'})")
+    assert upward == []
+
+
+def unit(path):
+    """A header and its source are one unit: x.h, x.cpp, x.cu -> x."""
+    return path.rsplit(".", 1)[0]
+
+
+def test_no_two_units_include_each_other():
+    edges = defaultdict(set)
+    for f, incs in includes().items():
+        for i in incs:
+            if unit(i) != unit(f):
+                edges[unit(f)].add(unit(i))
+    cycles = []
+    # Tarjan's strongly connected components: a component of two or more units is a cycle.
+    index, low, stack, on_stack, counter = {}, {}, [], set(), [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(set(edges) | {w for ws in edges.values() for w in ws}):
+        if v not in index:
+            visit(v)
+    assert cycles == []
+
+
+def test_readme_layout_table_names_every_source_folder():
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("## Layout"):]
+    named = set(re.findall(r"^\| `([\w/]+)/`", table, re.M))
+    folders = {rel(p.parent) for p in sources()}
+    assert folders - named == set(), "folders the layout table does not name"
+    assert {f for f in named if not (ROOT / f).is_dir()} == set(), "named folders that do not exist"
