@@ -76,6 +76,19 @@ void log_world(const ProcessGroup& group, c10::Device device, const std::string&
                nccl.empty() ? "" : "; " + nccl);
 }
 
+// Log lines that name the host and rank, rank 0 alone speaking below warnings; LibTorch's CPU
+// threads sharing the node's cores with its other ranks.
+void configure_process(const ProcessGroup& group, const Environment& env) {
+  spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [" + group.host() + " " +
+                      std::to_string(group.rank()) + "/" + std::to_string(group.size()) +
+                      "] [%^%l%$] %v");
+  if (group.rank() != 0) spdlog::set_level(spdlog::level::warn);  // rank 0 speaks for all
+  // Under mpirun LibTorch would otherwise start with one thread whatever the cores.
+  if (!env.omp_num_threads_set)
+    at::set_num_threads(
+        static_cast<int>(std::max(1u, std::thread::hardware_concurrency() / group.local_size())));
+}
+
 int run(int argc, char** argv, std::unique_ptr<ProcessGroup>& group) {
   std::optional<Config> parsed = parse_config(argc, argv);
   if (!parsed) return 0;  // --help
@@ -86,16 +99,7 @@ int run(int argc, char** argv, std::unique_ptr<ProcessGroup>& group) {
   config.restart_count = env.torchrun.restart_count;
   config.elastic = env.launcher == Launcher::kTorchrun;
   validate_config(config);  // again: some rules depend on the world size
-  spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [" + group->host() + " " +
-                      std::to_string(group->rank()) + "/" + std::to_string(group->size()) +
-                      "] [%^%l%$] %v");
-  if (group->rank() != 0) spdlog::set_level(spdlog::level::warn);  // rank 0 speaks for all
-
-  // LibTorch's CPU threads: the node's cores shared by its ranks. Under mpirun LibTorch would
-  // otherwise start with one thread whatever the cores.
-  if (!env.omp_num_threads_set)
-    at::set_num_threads(
-        static_cast<int>(std::max(1u, std::thread::hardware_concurrency() / group->local_size())));
+  configure_process(*group, env);
   const c10::Device device = select_device(config.device, group->local_rank());
   check_precision_supported(config.precision, device);
   at::globalContext().setBenchmarkCuDNN(config.cudnn_benchmark);

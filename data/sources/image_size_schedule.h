@@ -15,7 +15,7 @@ namespace trainer {
 // integers. Epochs count from 0, as FFCV's start_ramp and end_ramp. It depends on the epoch alone,
 // never on the step, the world size or the position in the epoch, so the whole epoch, resumed or
 // not, is one size. Sources hold their buffers at largest() and hand out views of the epoch's
-// size (Note [Recycled buffers] in data/sources/tfrecord_source.cpp).
+// size (Note [Recycled buffers] in data/sources/tfrecord_epoch.cpp).
 struct ImageSizeSchedule {
   int64_t min_size = 160;   // pixels, the crop up to start_epoch
   int64_t max_size = 192;   // pixels, the crop from end_epoch on

@@ -88,6 +88,36 @@ void cmyk_to_rgb(const uint8_t* cmyk, uint8_t* rgb, int pixels, bool inverted) {
   }
 }
 
+// `crop` moved and shrunk to lie inside a W x H image, at least one pixel.
+CropRect clip_to_image(CropRect crop, int W, int H) {
+  crop.x = std::clamp(crop.x, 0, W - 1);
+  crop.y = std::clamp(crop.y, 0, H - 1);
+  crop.width = std::clamp(crop.width, 1, W - crop.x);
+  crop.height = std::clamp(crop.height, 1, H - crop.y);
+  return crop;
+}
+
+// Reads the started decompression's scanlines into the region (sized already), through `row`
+// (one CMYK scanline) when the JPEG is CMYK. libjpeg may longjmp out of here to the caller's
+// setjmp: nothing in this frame has a destructor.
+void read_region_rows(jpeg_decompress_struct& cinfo, bool cmyk, uint8_t* row, Region* region) {
+  const int rw = region->width;
+  // RGB rows go straight into the region, as many per call as the upsampler makes at once
+  // (two for 4:2:0): asked for one, it would copy the second out of a spare row.
+  const int per_call = cmyk ? 1 : std::clamp(cinfo.rec_outbuf_height, 1, 4);
+  for (int y = 0; y < region->height;) {
+    JSAMPROW rows[4];
+    const int want = std::min(per_call, region->height - y);
+    for (int k = 0; k < want; ++k)
+      rows[k] = cmyk ? row : region->pixels.data() + size_t(y + k) * rw * 3;
+    const int got = static_cast<int>(jpeg_read_scanlines(&cinfo, rows, want));
+    if (got <= 0) break;
+    if (cmyk)
+      cmyk_to_rgb(row, region->pixels.data() + size_t(y) * rw * 3, rw, cinfo.saw_Adobe_marker);
+    y += got;
+  }
+}
+
 // Decodes the part of the JPEG covering `crop` (clipped to the image). Only POD locals live
 // across setjmp; the vectors are sized before any libjpeg call can jump.
 bool decode_jpeg_region(std::string_view data, const CropChooser& choose_crop, int out_w, int out_h,
@@ -108,11 +138,7 @@ bool decode_jpeg_region(std::string_view data, const CropChooser& choose_crop, i
     *error = "JPEG of " + std::to_string(W) + "x" + std::to_string(H) + " pixels is too large";
     return false;
   }
-  CropRect crop = choose_crop({W, H});
-  crop.x = std::clamp(crop.x, 0, W - 1);
-  crop.y = std::clamp(crop.y, 0, H - 1);
-  crop.width = std::clamp(crop.width, 1, W - crop.x);
-  crop.height = std::clamp(crop.height, 1, H - crop.y);
+  const CropRect crop = clip_to_image(choose_crop({W, H}), W, H);
   const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
   cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
   region->scale = choose_scale(crop, out_w, out_h);
@@ -139,21 +165,7 @@ bool decode_jpeg_region(std::string_view data, const CropChooser& choose_crop, i
   region->height = y1 - y0;
   region->pixels.resize(size_t(rw) * region->height * 3);
   row.resize(size_t(rw) * 4);
-  // RGB rows go straight into the region, as many per call as the upsampler makes at once
-  // (two for 4:2:0): asked for one, it would copy the second out of a spare row.
-  const int per_call = cmyk ? 1 : std::clamp(cinfo.rec_outbuf_height, 1, 4);
-  for (int y = 0; y < region->height;) {
-    JSAMPROW rows[4];
-    const int want = std::min(per_call, region->height - y);
-    for (int k = 0; k < want; ++k)
-      rows[k] = cmyk ? row.data() : region->pixels.data() + size_t(y + k) * rw * 3;
-    const int got = static_cast<int>(jpeg_read_scanlines(&cinfo, rows, want));
-    if (got <= 0) break;
-    if (cmyk)
-      cmyk_to_rgb(row.data(), region->pixels.data() + size_t(y) * rw * 3, rw,
-                  cinfo.saw_Adobe_marker);
-    y += got;
-  }
+  read_region_rows(cinfo, cmyk, row.data(), region);
   const bool truncated = err.truncated;
   jpeg_destroy_decompress(&cinfo);  // abandons the remaining scanlines: no need to read them
   if (truncated) {
