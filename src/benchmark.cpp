@@ -51,22 +51,23 @@ double percentile(std::vector<double> values, double p) {
 
 }  // namespace
 
-BenchmarkResult run_benchmark(Trainer& trainer, BatchSource& source, const Config& config) {
-  const double lr = LrSchedule(config, source.samples_per_epoch()).peak();
+BenchmarkResult run_benchmark(Trainer& trainer, BatchSource& source,
+                              const BenchmarkOptions& options) {
+  const double lr = LrSchedule(options.schedule, source.samples_per_epoch()).peak();
   source.start_epoch(0);
   at::Tensor sink;  // keeps the last loss alive so no step is optimised away
   auto step = [&] {
     if (source.batches_left() == 0) source.start_epoch(0);
     sink = trainer.train_step(source.next_batch(), lr);
   };
-  for (int64_t i = 0; i < config.benchmark_warmup_steps; ++i) step();  // cuDNN autotuning too
+  for (int64_t i = 0; i < options.warmup_steps; ++i) step();  // cuDNN autotuning too
 
   std::vector<double> ms = trainer.device().is_cuda()
-                               ? time_steps_cuda(step, config.benchmark_steps, trainer.device())
-                               : time_steps_cpu(step, config.benchmark_steps);
+                               ? time_steps_cuda(step, options.steps, trainer.device())
+                               : time_steps_cpu(step, options.steps);
   BenchmarkResult r;
-  r.steps = config.benchmark_steps;
-  r.batch_size = config.batch_size;
+  r.steps = options.steps;
+  r.batch_size = options.batch_size;
   const double total_ms = std::accumulate(ms.begin(), ms.end(), 0.0);
   r.images_per_s = r.steps * r.batch_size / (total_ms / 1000.0);
   r.step_ms_median = percentile(ms, 0.5);

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "data/sources/batch_source.h"
-#include "src/config.h"
+#include "src/train/lr_schedule.h"
 #include "src/train/trainer.h"
 
 namespace trainer {
@@ -17,6 +17,14 @@ struct BenchmarkResult {
   double step_ms_p90 = 0;
 };
 
-BenchmarkResult run_benchmark(Trainer& trainer, BatchSource& source, const Config& config);
+struct BenchmarkOptions {
+  int64_t warmup_steps = 20;   // untimed (cuDNN autotuning among them)
+  int64_t steps = 100;         // timed
+  int64_t batch_size = 256;    // per GPU
+  LrScheduleOptions schedule;  // the steps run at its peak learning rate
+};
+
+BenchmarkResult run_benchmark(Trainer& trainer, BatchSource& source,
+                              const BenchmarkOptions& options);
 
 }  // namespace trainer

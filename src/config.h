@@ -1,6 +1,7 @@
 // The one configuration schema of `train`: every key, its default, and the rules that relate keys.
 // Read from a TOML-style file of flat `key = value` lines (--config FILE) and overridden by
-// `--key value` on the command line; validated once in validate_config, then passed down as const&.
+// `--key value` on the command line; validated in validate_config (src/config_validate.cpp), then
+// made into each part's own options at one seam (src/part_options.h, src/sources.h).
 #pragma once
 
 #include <algorithm>
@@ -9,7 +10,24 @@
 #include <string>
 #include <vector>
 
+#include "data/transforms/augment_policy.h"
+#include "src/train/loss.h"
+#include "src/train/lr_schedule.h"
+#include "src/train/optimizer.h"
+
 namespace trainer {
+
+// The keys that take one of a few values, each parsed once from its name (the names the config
+// file, --help and config.toml use: choice_names in src/config.cpp). The parts' own choices
+// (loss, optimizer, LR schedule, augmentation policy) are declared with the parts.
+enum class Arch { kResNet18, kResNet34, kResNet50, kResNet101, kResNet152 };
+enum class Trainable { kAll, kClassifier };  // classifier: a linear probe
+enum class DeviceChoice { kAuto, kCuda, kCpu };
+enum class Precision { kFp32, kFp16, kBf16 };
+enum class DataSource { kSynthetic, kGenerated, kTfrecord };
+enum class BadRecordPolicy { kSkip, kFail };
+enum class GradAverage { kPre, kPost };
+enum class GradCompression { kNone, kFp16, kBf16 };
 
 struct Config {
   // Output: checkpoints, metrics.jsonl and the resolved config.toml go here.
@@ -17,29 +35,29 @@ struct Config {
   bool tensorboard = true;  // rank 0 writes TensorBoard event files in <output_dir>/tensorboard
 
   // Model.
-  std::string arch = "resnet50";   // resnet18|34|50|101|152
+  Arch arch = Arch::kResNet50;     // resnet18|34|50|101|152
   int64_t num_classes = 1000;      // width of the classifier
   bool zero_init_residual = true;  // zero each block's last BN gamma at initialisation
   // A new run starts from these weights: a PyTorch state dict (torchvision's published weights)
   // or a checkpoint of ours; the classifier is re-initialised when num_classes differs. The
   // run's own checkpoint, once there is one, wins (Note [Where a run starts]).
   std::string init_weights;
-  std::string trainable = "all";  // all | classifier (linear probe: the rest frozen, BN included)
+  Trainable trainable = Trainable::kAll;  // all | classifier (linear probe: the rest frozen)
   // Anti-aliased strided convolutions (FFCV's and Composer's BlurPool): a fixed 3x3 binomial blur
   // before each strided convolution of the blocks. Same parameters as the plain model.
   bool blurpool = false;
 
   // Device and precision.
-  std::string device = "auto";     // auto (the local rank's GPU if any, else CPU) | cuda | cpu
-  std::string precision = "fp32";  // fp32 | fp16 (dynamic loss scaling) | bf16
-  bool channels_last = true;       // NHWC activations on the GPU (ignored on the CPU)
-  bool cudnn_benchmark = true;     // let cuDNN time its algorithms on the first steps
+  DeviceChoice device = DeviceChoice::kAuto;  // auto (the local rank's GPU, else CPU) | cuda | cpu
+  Precision precision = Precision::kFp32;     // fp32 | fp16 (dynamic loss scaling) | bf16
+  bool channels_last = true;                  // NHWC activations on the GPU (ignored on the CPU)
+  bool cudnn_benchmark = true;                // let cuDNN time its algorithms on the first steps
 
   // Data.
-  std::string data_source = "synthetic";  // synthetic (fixed random batch) | generated (in memory)
-  int64_t batch_size = 256;               // images per GPU (per process) and step
-  int64_t image_size = 224;               // training crop, pixels (and val_image_size's default)
-  int64_t val_image_size = 0;             // evaluation centre crop, pixels; 0: image_size
+  DataSource data_source = DataSource::kSynthetic;  // synthetic | generated (in memory) | tfrecord
+  int64_t batch_size = 256;                         // images per GPU (per process) and step
+  int64_t image_size = 224;    // training crop, pixels (and val_image_size's default)
+  int64_t val_image_size = 0;  // evaluation centre crop, pixels; 0: image_size
   int64_t synthetic_batches_per_epoch = 100;
   int64_t generated_classes = 10;         // generated source: classes (<= num_classes)
   int64_t generated_train_images = 2000;  // generated source: training images
@@ -49,19 +67,19 @@ struct Config {
   std::string train_data;    // glob or directory of training TFRecords (train-*)
   std::string val_data;      // glob or directory of validation TFRecords; "" = none
   int64_t label_offset = 1;  // subtracted from stored labels: 1..1000 -> 0..999; 0 keeps
-  std::string bad_record_policy = "skip";  // skip (log, count, drop) | fail (stop at the first)
-  double max_bad_fraction = 0.001;         // skip: stop when more of an epoch's records are bad
-  int64_t reader_threads = 2;              // file reader threads per rank
-  int64_t decode_threads = 0;     // decode/augment threads per rank; 0: cores / local ranks
-  int64_t prefetch_batches = 3;   // decoded batches held ready ahead of the trainer
-  int64_t shuffle_buffer = 1024;  // records mixed across read blocks (training)
+  BadRecordPolicy bad_record_policy = BadRecordPolicy::kSkip;  // skip (log, count, drop) | fail
+  double max_bad_fraction = 0.001;  // skip: stop when more of an epoch's records are bad
+  int64_t reader_threads = 2;       // file reader threads per rank
+  int64_t decode_threads = 0;       // decode/augment threads per rank; 0: cores / local ranks
+  int64_t prefetch_batches = 3;     // decoded batches held ready ahead of the trainer
+  int64_t shuffle_buffer = 1024;    // records mixed across read blocks (training)
   std::string index_cache_dir = "/tmp/resnet-trainer-index";  // index files when data is read-only
   int64_t val_resize = 256;  // evaluation: shorter side before the centre crop
   // Augmentation of each training crop after the crop and flip, in the decode threads, as
   // torchvision.transforms.v2 (data/transforms/augment_policy.h; docs/training.md). Evaluation
   // never augments.
-  std::string auto_augment = "none";  // none | trivialaugment_wide | randaugment |
-                                      // autoaugment_imagenet
+  // none | trivialaugment_wide | randaugment | autoaugment_imagenet
+  AutoAugmentPolicy auto_augment = AutoAugmentPolicy::kNone;
   int64_t randaugment_num_ops = 2;    // randaugment: ops applied one after the other
   int64_t randaugment_magnitude = 9;  // randaugment: magnitude bin of 31 (0..30)
   double random_erasing = 0;          // probability of erasing one rectangle; 0: never
@@ -80,7 +98,7 @@ struct Config {
   int64_t max_steps = 0;  // stop after this many steps in total; 0: run all epochs
   uint64_t seed = 42;
   double label_smoothing = 0.1;
-  std::string loss = "cross_entropy";  // cross_entropy (softmax) | bce (a sigmoid per class)
+  LossKind loss = LossKind::kCrossEntropy;  // cross_entropy (softmax) | bce (sigmoid per class)
   // MixUp and CutMix on each training batch (src/train/batch_mixing.h): Beta(alpha, alpha); 0: off.
   // With both on, each batch takes one of them at random (torchvision's recipe: 0.2 and 1.0).
   double mixup_alpha = 0;
@@ -94,8 +112,8 @@ struct Config {
   int64_t ema_every_steps = 1;  // steps between updates
 
   // Optimizer.
-  std::string optimizer = "sgd";  // sgd | lars
-  double base_lr = 0.1;           // learning rate per 256 images; scaled by global batch / 256
+  OptimizerKind optimizer = OptimizerKind::kSgd;  // sgd | lars
+  double base_lr = 0.1;  // learning rate per 256 images; scaled by global batch / 256
   double momentum = 0.9;
   bool nesterov = false;
   double weight_decay = 1e-4;
@@ -103,7 +121,7 @@ struct Config {
   double lars_eta = 0.001;         // LARS trust coefficient
 
   // Learning-rate schedule: linear warmup, then decay.
-  std::string lr_schedule = "cosine";  // cosine | step | poly
+  LrScheduleKind lr_schedule = LrScheduleKind::kCosine;  // cosine | step | poly
   double warmup_epochs = 5;
   std::vector<int64_t> lr_step_epochs = {30, 60, 80};  // step: epochs where the LR is multiplied
   double lr_step_gamma = 0.1;                          // step: the multiplier
@@ -114,10 +132,12 @@ struct Config {
   int64_t loss_scale_growth_interval = 2000;  // clean steps before the scale doubles
 
   // Data parallelism (under mpirun): gradient buckets all-reduced during backward.
-  int64_t bucket_mb = 25;                 // bucket size; DDP uses 25, Horovod fuses up to 64
-  std::string grad_average = "pre";       // pre: divide by ranks before summing (no fp16 overflow)
-  std::string grad_compression = "none";  // none | fp16 | bf16 on the wire (GPU only)
-  int64_t collective_timeout_s = 300;     // a collective unfinished after this ends the job
+  int64_t bucket_mb = 25;  // bucket size; DDP uses 25, Horovod fuses up to 64
+  GradAverage grad_average =
+      GradAverage::kPre;  // pre: divide by ranks before summing (no overflow)
+  GradCompression grad_compression =
+      GradCompression::kNone;          // none | fp16 | bf16 on the wire (GPU)
+  int64_t collective_timeout_s = 300;  // a collective unfinished after this ends the job
   // Images per optimisation step whatever the number of ranks: each rank accumulates gradients
   // over as many batches as it takes (Note [Fixed global batch] in src/fit.cpp). 0: batch_size x
   // ranks, and the learning rate follows the world size (linear scaling rule).
@@ -159,6 +179,33 @@ struct Config {
     return progressive_resize() ? progressive_resize_min_size : image_size;
   }
 };
+
+// The names of a choice key's values, in the order --help lists them, and the name of one value
+// ("fp16"): the same tables parse the keys, write config.toml and name the values in logs.
+template <typename Choice>
+struct ChoiceName {
+  Choice value;
+  const char* name;
+};
+const std::vector<ChoiceName<Arch>>& choice_names(Arch);
+const std::vector<ChoiceName<Trainable>>& choice_names(Trainable);
+const std::vector<ChoiceName<DeviceChoice>>& choice_names(DeviceChoice);
+const std::vector<ChoiceName<Precision>>& choice_names(Precision);
+const std::vector<ChoiceName<DataSource>>& choice_names(DataSource);
+const std::vector<ChoiceName<BadRecordPolicy>>& choice_names(BadRecordPolicy);
+const std::vector<ChoiceName<AutoAugmentPolicy>>& choice_names(AutoAugmentPolicy);
+const std::vector<ChoiceName<LossKind>>& choice_names(LossKind);
+const std::vector<ChoiceName<OptimizerKind>>& choice_names(OptimizerKind);
+const std::vector<ChoiceName<LrScheduleKind>>& choice_names(LrScheduleKind);
+const std::vector<ChoiceName<GradAverage>>& choice_names(GradAverage);
+const std::vector<ChoiceName<GradCompression>>& choice_names(GradCompression);
+
+template <typename Choice>
+std::string name_of(Choice value) {
+  for (const auto& choice : choice_names(value))
+    if (choice.value == value) return choice.name;
+  return "(unnamed " + std::to_string(static_cast<int>(value)) + ")";  // a table lacks a value
+}
 
 // Parses `train [--config FILE] [--key value ...]` and validates the result. Returns nullopt after
 // printing --help (or --help_markdown). Throws UserError naming the key, its value and the allowed

@@ -11,10 +11,10 @@
 
 namespace trainer {
 
-c10::Device select_device(const std::string& setting, int local_rank) {
-  if (setting == "cpu") return c10::Device(c10::kCPU);
+c10::Device select_device(DeviceChoice choice, int local_rank) {
+  if (choice == DeviceChoice::kCpu) return c10::Device(c10::kCPU);
   const int gpus = static_cast<int>(torch::cuda::device_count());
-  if (setting == "auto" && gpus == 0) return c10::Device(c10::kCPU);
+  if (choice == DeviceChoice::kAuto && gpus == 0) return c10::Device(c10::kCPU);
   USER_CHECK(gpus > 0, "device = cuda but no CUDA device is visible to this process. Fix: run on ",
              "a GPU node (Kubernetes: request nvidia.com/gpu; Docker: --gpus), check ",
              "CUDA_VISIBLE_DEVICES and nvidia-smi, or set device = cpu");
@@ -27,13 +27,17 @@ c10::Device select_device(const std::string& setting, int local_rank) {
   return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
 }
 
-void check_precision_supported(const std::string& precision, c10::Device device) {
+void check_device_supports(const Config& c, c10::Device device, bool launched) {
+  USER_CHECK(!launched || c.grad_compression == GradCompression::kNone || device.is_cuda(),
+             "grad_compression = ", name_of(c.grad_compression),
+             " needs GPUs (NCCL); on the CPU set grad_compression = none");
   if (device.is_cpu()) {
-    USER_CHECK(precision != "fp16", "precision = fp16 needs a GPU; this run is on the CPU. Fix: ",
+    USER_CHECK(c.precision != Precision::kFp16,
+               "precision = fp16 needs a GPU; this run is on the CPU. Fix: ",
                "precision = fp32 (or bf16) on the CPU, or device = cuda on a GPU node");
     return;
   }
-  if (precision != "bf16") return;
+  if (c.precision != Precision::kBf16) return;
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device.index()));
   USER_CHECK(prop.major >= 8, "precision = bf16 needs an Ampere or newer GPU; ", prop.name,

@@ -11,6 +11,7 @@
 #include "base/check.h"
 #include "base/stop_signal.h"
 #include "data/sources/step_shares.h"
+#include "src/part_options.h"
 #include "src/report/input_preview.h"
 #include "src/report/interval_log.h"
 #include "src/report/process_stats.h"
@@ -142,8 +143,8 @@ class TrainingLoop {
         metrics_(metrics),
         trace_(trace),
         samples_(train.samples_per_epoch()),
-        schedule_(config, samples_),
-        interval_(config, trainer.device()) {}
+        schedule_(lr_schedule_options(config), samples_),
+        interval_(interval_log_options(config), trainer.device()) {}
 
   FitResult run() {
     if (trainer_.is_rank0())

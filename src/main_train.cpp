@@ -26,6 +26,7 @@
 #include "src/dist/watchdog.h"
 #include "src/environment.h"
 #include "src/fit.h"
+#include "src/part_options.h"
 #include "src/report/metrics_log.h"
 #include "src/sources.h"
 #include "src/train/trainer.h"
@@ -53,10 +54,10 @@ void report_benchmark(const BenchmarkResult& r, const Config& config, MetricsLog
   spdlog::info(
       "benchmark {} {} batch {}: {:.1f} images/s, step median {:.2f} ms, p90 {:.2f} ms "
       "({} timed steps)",
-      config.arch, config.precision, r.batch_size, r.images_per_s, r.step_ms_median, r.step_ms_p90,
-      r.steps);
-  metrics.write("benchmark", {{"arch", config.arch},
-                              {"precision", config.precision},
+      name_of(config.arch), name_of(config.precision), r.batch_size, r.images_per_s,
+      r.step_ms_median, r.step_ms_p90, r.steps);
+  metrics.write("benchmark", {{"arch", name_of(config.arch)},
+                              {"precision", name_of(config.precision)},
                               {"batch_size", r.batch_size},
                               {"images_per_s", r.images_per_s},
                               {"step_ms_median", r.step_ms_median},
@@ -101,7 +102,7 @@ int run(int argc, char** argv, std::unique_ptr<ProcessGroup>& group) {
   validate_config(config);  // again: some rules depend on the world size
   configure_process(*group, env);
   const c10::Device device = select_device(config.device, group->local_rank());
-  check_precision_supported(config.precision, device);
+  check_device_supports(config, device, group->launched());
   at::globalContext().setBenchmarkCuDNN(config.cudnn_benchmark);
   std::optional<Watchdog> watchdog;  // times every collective of `group` from here on
   if (group->launched())
@@ -121,14 +122,15 @@ int run(int argc, char** argv, std::unique_ptr<ProcessGroup>& group) {
   group->barrier(
       "the barrier after building TFRecord indexes (ranks scanning slow storage: write the "
       "indexes beside the data once with index-tfrecords)");
-  Sources sources = make_sources(config, device, group->rank());
-  Trainer trainer(config, device, group.get());
+  Sources sources = make_sources(config, device, group->rank(), group->local_size());
+  Trainer trainer(trainer_options(config), device, group.get());
   if (config.evaluate_only) {
     evaluate_only(trainer, config, *sources.val, metrics);
     return 0;
   }
   if (config.benchmark) {
-    report_benchmark(run_benchmark(trainer, *sources.train, config), config, metrics);
+    report_benchmark(run_benchmark(trainer, *sources.train, benchmark_options(config)), config,
+                     metrics);
     return 0;
   }
   std::optional<SampleTrace> trace;

@@ -116,7 +116,7 @@ void load_init_weights(Trainer& trainer, const Config& config) {
 Progress resume(Trainer& trainer, const Config& config, int64_t samples_per_epoch,
                 const LrSchedule& schedule) {
   const std::optional<fs::path> path = resume_path(config, trainer.group());
-  if (config.trainable == "classifier")
+  if (config.trainable == Trainable::kClassifier)
     spdlog::info("linear probe: only the classifier trains; the other layers stay as loaded");
   if (!path) {
     load_init_weights(trainer, config);

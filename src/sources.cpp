@@ -8,7 +8,6 @@
 #include "data/sources/memory_source.h"
 #include "data/sources/synthetic_source.h"
 #include "data/sources/tfrecord_source.h"
-#include "src/environment.h"
 
 namespace trainer {
 
@@ -17,7 +16,7 @@ namespace trainer {
 namespace {
 
 std::unique_ptr<BatchSource> make_tfrecord_source(const Config& config, c10::Device device,
-                                                  int rank, const std::string& key,
+                                                  int rank, int local_size, const std::string& key,
                                                   const std::string& pattern, bool training) {
   TFRecordSourceOptions o;
   o.files = list_tfrecord_files(pattern, key);
@@ -34,8 +33,7 @@ std::unique_ptr<BatchSource> make_tfrecord_source(const Config& config, c10::Dev
   o.transform.val_resize = static_cast<int>(config.val_resize);
   if (training) o.image_sizes = progressive_image_sizes(config);
   // Training only: transform_image never augments evaluation crops.
-  const bool known = policy_from_name(config.auto_augment, &o.transform.policy.policy);
-  TORCH_INTERNAL_ASSERT(known, "auto_augment passed validation: ", config.auto_augment);
+  o.transform.policy.policy = config.auto_augment;
   o.transform.policy.randaugment_num_ops = static_cast<int>(config.randaugment_num_ops);
   o.transform.policy.randaugment_magnitude = static_cast<int>(config.randaugment_magnitude);
   o.transform.policy.random_erasing = config.random_erasing;
@@ -44,11 +42,11 @@ std::unique_ptr<BatchSource> make_tfrecord_source(const Config& config, c10::Dev
   // Default: this node's cores shared evenly among its ranks.
   const int cores = std::max(1u, std::thread::hardware_concurrency());
   o.decode_threads = config.decode_threads > 0 ? static_cast<int>(config.decode_threads)
-                                               : std::max(1, cores / read_environment().local_size);
+                                               : std::max(1, cores / local_size);
   o.prefetch_batches = config.prefetch_batches;
   o.shuffle_buffer = config.shuffle_buffer;
   o.index_cache_dir = config.index_cache_dir;
-  o.fail_on_bad_record = config.bad_record_policy == "fail";
+  o.fail_on_bad_record = config.bad_record_policy == BadRecordPolicy::kFail;
   o.max_bad_fraction = config.max_bad_fraction;
   // A batch later than a collective may be would stall the other ranks past their watchdog anyway.
   o.wait_timeout = std::chrono::seconds(config.collective_timeout_s);
@@ -70,7 +68,7 @@ int64_t train_image_size(const Config& config, int64_t epoch) {
 }
 
 void build_tfrecord_indexes(const Config& config, int local_rank, int local_size) {
-  if (config.data_source != "tfrecord") return;
+  if (config.data_source != DataSource::kTfrecord) return;
   for (const auto& [key, pattern] :
        {std::pair{"train_data", config.train_data}, std::pair{"val_data", config.val_data}}) {
     if (pattern.empty() || (config.evaluate_only && key == std::string("train_data"))) continue;
@@ -79,9 +77,9 @@ void build_tfrecord_indexes(const Config& config, int local_rank, int local_size
   }
 }
 
-Sources make_sources(const Config& config, c10::Device device, int rank) {
+Sources make_sources(const Config& config, c10::Device device, int rank, int local_size) {
   Sources sources;
-  if (config.data_source == "synthetic") {
+  if (config.data_source == DataSource::kSynthetic) {
     SyntheticOptions options{config.batch_size,  config.image_size,
                              config.num_classes, config.synthetic_batches_per_epoch,
                              config.seed,        rank,
@@ -89,13 +87,15 @@ Sources make_sources(const Config& config, c10::Device device, int rank) {
     sources.train = std::make_unique<SyntheticSource>(options, device);
     return sources;
   }
-  if (config.data_source == "tfrecord") {
+  if (config.data_source == DataSource::kTfrecord) {
     if (!config.evaluate_only)
-      sources.train = make_tfrecord_source(config, device, rank, "train_data", config.train_data,
-                                           /*training=*/true);
+      sources.train =
+          make_tfrecord_source(config, device, rank, local_size, "train_data", config.train_data,
+                               /*training=*/true);
     if (!config.val_data.empty())
-      sources.val = make_tfrecord_source(config, device, rank, "val_data", config.val_data,
-                                         /*training=*/false);
+      sources.val =
+          make_tfrecord_source(config, device, rank, local_size, "val_data", config.val_data,
+                               /*training=*/false);
     return sources;
   }
   // generated: a training split and a held-out split of the same classes, drawn with other seeds.

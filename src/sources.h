@@ -18,8 +18,9 @@ struct Sources {
 };
 
 // `rank` is this process's index among config.world_size; each rank gets its own part of every
-// epoch and the same number of training batches.
-Sources make_sources(const Config& config, c10::Device device, int rank = 0);
+// epoch and the same number of training batches. `local_size`: the ranks on this node, which
+// share its cores (the decode threads' default).
+Sources make_sources(const Config& config, c10::Device device, int rank = 0, int local_size = 1);
 
 // The training crop of each epoch under progressive resizing; nullopt: image_size throughout.
 std::optional<ImageSizeSchedule> progressive_image_sizes(const Config& config);

@@ -43,7 +43,8 @@ void mix(const std::string& in_path, const std::string& out_path) {
 void loss(const std::string& in_path, const std::string& out_path) {
   const auto in = read_dict(in_path);
   const at::Tensor p = tensor(in, "params").to(at::kDouble);
-  const LossOptions options{p[0].item<int>() == 1 ? "bce" : "cross_entropy", p[1].item<double>()};
+  const LossOptions options{p[0].item<int>() == 1 ? LossKind::kBce : LossKind::kCrossEntropy,
+                            p[1].item<double>()};
   c10::Dict<std::string, at::Tensor> out;
   out.insert("loss", training_loss(tensor(in, "logits"), tensor(in, "targets"), options));
   write_tensors(out_path, out);

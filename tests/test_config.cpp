@@ -41,7 +41,7 @@ std::string error_of(const std::vector<std::string>& args) {
 TEST(Config, DefaultsAreValid) {
   auto config = parse({});
   ASSERT_TRUE(config.has_value());
-  EXPECT_EQ(config->arch, "resnet50");
+  EXPECT_EQ(config->arch, Arch::kResNet50);
   EXPECT_EQ(config->batch_size, 256);
 }
 
@@ -66,7 +66,7 @@ TEST(Config, FileValuesAndCommandLineOverrides) {
                          "# comment\narch = \"resnet18\"\nbatch_size = 8\n"
                          "lr_step_epochs = [2, 4]\nnesterov = true\n");
   auto config = parse({"--config", path.string(), "--batch_size", "16"});
-  EXPECT_EQ(config->arch, "resnet18");
+  EXPECT_EQ(config->arch, Arch::kResNet18);
   EXPECT_EQ(config->batch_size, 16);  // the command line wins
   EXPECT_EQ(config->lr_step_epochs, (std::vector<int64_t>{2, 4}));
   EXPECT_TRUE(config->nesterov);
@@ -79,7 +79,7 @@ TEST(Config, ResolvedTomlReadsBackToTheSameConfig) {
   auto path = write_file("resolved.toml", config_to_toml(*config));
   auto again = parse({"--config", path.string()});
   EXPECT_EQ(config_to_toml(*again), config_to_toml(*config));
-  EXPECT_EQ(again->arch, "resnet34");
+  EXPECT_EQ(again->arch, Arch::kResNet34);
   EXPECT_DOUBLE_EQ(again->base_lr, 0.3);
   EXPECT_EQ(again->lr_step_epochs, (std::vector<int64_t>{10, 20}));
 }
@@ -141,11 +141,11 @@ TEST(Config, AugmentationKeys) {
   auto config = parse({"--data_source", "tfrecord", "--train_data", "/d", "--auto_augment",
                        "randaugment", "--randaugment_num_ops", "3", "--randaugment_magnitude", "30",
                        "--random_erasing", "0.25"});
-  EXPECT_EQ(config->auto_augment, "randaugment");
+  EXPECT_EQ(config->auto_augment, AutoAugmentPolicy::kRandAugment);
   EXPECT_EQ(config->randaugment_num_ops, 3);
   EXPECT_EQ(config->randaugment_magnitude, 30);
   EXPECT_EQ(config->random_erasing, 0.25);
-  EXPECT_EQ(parse({})->auto_augment, "none");  // off by default
+  EXPECT_EQ(parse({})->auto_augment, AutoAugmentPolicy::kNone);  // off by default
   EXPECT_EQ(parse({})->random_erasing, 0.0);
 }
 

@@ -17,6 +17,7 @@
 #include "src/dist/watchdog.h"
 #include "src/environment.h"
 #include "src/fit.h"
+#include "src/part_options.h"
 #include "src/sources.h"
 #include "src/train/trainer.h"
 
@@ -27,9 +28,9 @@ ProcessGroup* g_group = nullptr;
 
 Config dist_config() {
   Config c;
-  c.arch = "resnet18";
+  c.arch = Arch::kResNet18;
   c.num_classes = 4;
-  c.data_source = "generated";
+  c.data_source = DataSource::kGenerated;
   c.generated_classes = 4;
   c.generated_train_images = 100;  // uneven: not a multiple of ranks x batch
   c.generated_val_images = 41;
@@ -227,7 +228,7 @@ TEST(Distributed, ReplicasStayBitwiseIdentical) {
   Config c = dist_config();
   c.seed = 7 + g_group->rank();  // different seeds: rank 0's weights must win the broadcast
   Sources sources = make_sources(c, torch::kCPU, g_group->rank());
-  Trainer trainer(c, torch::kCPU, g_group);
+  Trainer trainer(trainer_options(c), torch::kCPU, g_group);
   sources.train->start_epoch(0);
   for (int step = 0; step < 3; ++step) trainer.train_step(sources.train->next_batch(), 0.1);
   trainer.sync_buffers();
@@ -240,8 +241,8 @@ TEST(Distributed, ReplicasStayBitwiseIdentical) {
 
 TEST(Distributed, SameBatchOnEveryRankReproducesOneRank) {
   Config c = dist_config();
-  Trainer distributed(c, torch::kCPU, g_group);
-  Trainer alone(c, torch::kCPU);
+  Trainer distributed(trainer_options(c), torch::kCPU, g_group);
+  Trainer alone(trainer_options(c), torch::kCPU);
   for (int step = 0; step < 3; ++step) {
     const Batch batch = batch_for(step);  // the same on every rank
     distributed.train_step(batch, 0.1);
@@ -273,12 +274,12 @@ TEST(Distributed, ShortStepAveragesTheGradientOverItsImages) {
                         torch::randint(0, 4, {rows}), torch::arange(rows)});
     }
     // Expected: each share's own step on a fresh replica, weighted by its share of the images.
-    Trainer reference(c, torch::kCPU);
+    Trainer reference(trainer_options(c), torch::kCPU);
     const auto before = reference.model()->named_parameters();
     std::map<std::string, torch::Tensor> expected;
     for (int r = 0; r < world; ++r) {
       if (shares[r].labels.size(0) == 0) continue;
-      Trainer alone(c, torch::kCPU);
+      Trainer alone(trainer_options(c), torch::kCPU);
       alone.train_step(shares[r], /*lr=*/1.0);
       const double weight = double(shares[r].labels.size(0)) / step_images;
       for (const auto& item : alone.model()->named_parameters()) {
@@ -286,7 +287,7 @@ TEST(Distributed, ShortStepAveragesTheGradientOverItsImages) {
         expected[item.key()] = expected.count(item.key()) ? expected[item.key()] + delta : delta;
       }
     }
-    Trainer distributed(c, torch::kCPU, g_group);
+    Trainer distributed(trainer_options(c), torch::kCPU, g_group);
     const Batch& mine = shares[g_group->rank()];
     distributed.train_step(mine, 1.0, double(mine.labels.size(0) * world) / step_images);
     for (const auto& item : distributed.model()->named_parameters())
@@ -310,7 +311,7 @@ TEST(Distributed, TwoMicroBatchesStepLikeTheirUnion) {
     return Batch{whole.images.narrow(0, start, 4), whole.labels.narrow(0, start, 4),
                  whole.ids.narrow(0, start, 4)};
   };
-  Trainer one(c, torch::kCPU, g_group), accumulated(c, torch::kCPU, g_group);
+  Trainer one(trainer_options(c), torch::kCPU, g_group), accumulated(trainer_options(c), torch::kCPU, g_group);
   one.model()->eval();
   accumulated.model()->eval();
   one.train_step(whole, /*lr=*/1.0);
@@ -333,7 +334,7 @@ TEST(Distributed, UnevenShardsRunEqualStepsAndFinish) {
   for (double n : per_rank) EXPECT_EQ(n, per_rank[0]);
   const int global = 8 * g_group->size();
   EXPECT_EQ(per_rank[0], (100 + global - 1) / global);  // the last step short, nothing dropped
-  Trainer trainer(c, torch::kCPU, g_group);
+  Trainer trainer(trainer_options(c), torch::kCPU, g_group);
   MetricsLog metrics("");
   FitResult result = fit(trainer, c, *sources.train, nullptr, metrics);
   for (double steps : g_group->allgather(double(result.steps))) EXPECT_EQ(steps, 2 * per_rank[0]);
@@ -342,7 +343,7 @@ TEST(Distributed, UnevenShardsRunEqualStepsAndFinish) {
 TEST(Distributed, EvaluationCountsEveryImageOnceAndMatchesOneRank) {
   Config c = dist_config();
   Sources sharded = make_sources(c, torch::kCPU, g_group->rank());
-  Trainer trainer(c, torch::kCPU, g_group);
+  Trainer trainer(trainer_options(c), torch::kCPU, g_group);
   sharded.train->start_epoch(0);
   trainer.train_step(sharded.train->next_batch(), 0.1);  // a model that is not at chance
   trainer.sync_buffers();
@@ -351,7 +352,7 @@ TEST(Distributed, EvaluationCountsEveryImageOnceAndMatchesOneRank) {
   Config one = c;
   one.world_size = 1;
   Sources whole = make_sources(one, torch::kCPU, 0);
-  Trainer local(one, torch::kCPU);
+  Trainer local(trainer_options(one), torch::kCPU);
   load_state_dict(*local.model(), state_dict(*trainer.model()));
   EvalResult expected = local.evaluate(*whole.val);
   EXPECT_EQ(distributed.images, 41);

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include "data/transforms/device_input.h"
+#include "src/part_options.h"
 #include "src/sources.h"
 #include "src/train/trainer.h"
 
@@ -18,11 +19,11 @@ class Gpu : public ::testing::Test {
   }
 };
 
-Config gpu_config(const std::string& precision) {
+Config gpu_config(Precision precision) {
   Config c;
-  c.arch = "resnet18";
+  c.arch = Arch::kResNet18;
   c.num_classes = 4;
-  c.data_source = "generated";
+  c.data_source = DataSource::kGenerated;
   c.generated_classes = 4;
   c.generated_train_images = 256;
   c.generated_val_images = 64;
@@ -32,7 +33,7 @@ Config gpu_config(const std::string& precision) {
   c.warmup_epochs = 1;
   c.base_lr = 0.4;
   c.precision = precision;
-  c.device = "cuda";
+  c.device = DeviceChoice::kCuda;
   validate_config(c);
   return c;
 }
@@ -49,10 +50,10 @@ TEST_F(Gpu, NormalizeKernelMatchesCpuReference) {
   }
 }
 
-void expect_learns(const std::string& precision) {
+void expect_learns(Precision precision) {
   Config c = gpu_config(precision);
   Sources sources = make_sources(c, torch::Device(torch::kCUDA, 0));
-  Trainer trainer(c, torch::Device(torch::kCUDA, 0));
+  Trainer trainer(trainer_options(c), torch::Device(torch::kCUDA, 0));
   for (const auto& p : trainer.model()->parameters())
     if (p.dim() == 4) EXPECT_TRUE(p.is_contiguous(c10::MemoryFormat::ChannelsLast));
   std::vector<double> losses;
@@ -61,19 +62,19 @@ void expect_learns(const std::string& precision) {
     while (sources.train->batches_left() > 0)
       losses.push_back(trainer.train_step(sources.train->next_batch(), 0.05).item<double>());
   }
-  EXPECT_LT(losses.back(), 0.5 * losses.front()) << precision;
-  EXPECT_GT(trainer.evaluate(*sources.val).top1(), 60.0) << precision;
+  EXPECT_LT(losses.back(), 0.5 * losses.front()) << name_of(precision);
+  EXPECT_GT(trainer.evaluate(*sources.val).top1(), 60.0) << name_of(precision);
 }
 
-TEST_F(Gpu, Bf16StepsLearnInChannelsLast) { expect_learns("bf16"); }
+TEST_F(Gpu, Bf16StepsLearnInChannelsLast) { expect_learns(Precision::kBf16); }
 
-TEST_F(Gpu, Fp16StepsLearnInChannelsLast) { expect_learns("fp16"); }
+TEST_F(Gpu, Fp16StepsLearnInChannelsLast) { expect_learns(Precision::kFp16); }
 
 TEST_F(Gpu, Fp16OverflowSkipsStepsAndHalvesTheScale) {
-  Config c = gpu_config("fp16");
+  Config c = gpu_config(Precision::kFp16);
   c.loss_scale_init = 1e30;  // fp16 gradients overflow at this scale
   Sources sources = make_sources(c, torch::Device(torch::kCUDA, 0));
-  Trainer trainer(c, torch::Device(torch::kCUDA, 0));
+  Trainer trainer(trainer_options(c), torch::Device(torch::kCUDA, 0));
   auto before = trainer.model()->named_parameters()["conv1.weight"].clone();
   sources.train->start_epoch(0);
   trainer.train_step(sources.train->next_batch(), 0.1);

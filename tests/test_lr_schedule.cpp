@@ -5,12 +5,13 @@
 #include <cmath>
 
 #include "src/config.h"
+#include "src/part_options.h"
 #include "src/train/lr_schedule.h"
 
 namespace trainer {
 namespace {
 
-Config schedule_config(const std::string& kind) {
+Config schedule_config(LrScheduleKind kind) {
   Config c;
   c.batch_size = 128;
   c.world_size = 4;  // global batch 512: peak = base_lr x 2
@@ -33,7 +34,7 @@ double at_step(const LrSchedule& s, int64_t step) {
 }
 
 TEST(LrSchedule, LinearScalingRuleAndWarmup) {
-  LrSchedule s(schedule_config("cosine"), kSamplesPerEpoch);
+  LrSchedule s(lr_schedule_options(schedule_config(LrScheduleKind::kCosine)), kSamplesPerEpoch);
   EXPECT_DOUBLE_EQ(s.peak(), 0.2);
   EXPECT_EQ(s.total_samples(), 1000 * kGlobalBatch);
   EXPECT_DOUBLE_EQ(at_step(s, 0), 0.2 * 1 / 200);
@@ -42,14 +43,14 @@ TEST(LrSchedule, LinearScalingRuleAndWarmup) {
 }
 
 TEST(LrSchedule, CosineDecay) {
-  LrSchedule s(schedule_config("cosine"), kSamplesPerEpoch);
+  LrSchedule s(lr_schedule_options(schedule_config(LrScheduleKind::kCosine)), kSamplesPerEpoch);
   EXPECT_DOUBLE_EQ(at_step(s, 200), 0.2);
   EXPECT_NEAR(at_step(s, 600), 0.1, 1e-12);  // halfway through the decay
   EXPECT_NEAR(at_step(s, 999), 0.5 * 0.2 * (1 + std::cos(M_PI * 799.0 / 800.0)), 1e-12);
 }
 
 TEST(LrSchedule, StepDecay) {
-  LrSchedule s(schedule_config("step"), kSamplesPerEpoch);
+  LrSchedule s(lr_schedule_options(schedule_config(LrScheduleKind::kStep)), kSamplesPerEpoch);
   EXPECT_DOUBLE_EQ(at_step(s, 499), 0.2);
   EXPECT_NEAR(at_step(s, 500), 0.02, 1e-12);
   EXPECT_NEAR(at_step(s, 799), 0.02, 1e-12);
@@ -57,25 +58,26 @@ TEST(LrSchedule, StepDecay) {
 }
 
 TEST(LrSchedule, PolynomialDecay) {
-  LrSchedule s(schedule_config("poly"), kSamplesPerEpoch);
+  LrSchedule s(lr_schedule_options(schedule_config(LrScheduleKind::kPoly)), kSamplesPerEpoch);
   EXPECT_NEAR(at_step(s, 600), 0.2 * 0.25, 1e-12);  // (1 - 1/2)^2
   EXPECT_NEAR(at_step(s, 1000), 0.0, 1e-12);
 }
 
 TEST(LrSchedule, NoWarmup) {
-  Config c = schedule_config("cosine");
+  Config c = schedule_config(LrScheduleKind::kCosine);
   c.warmup_epochs = 0;
-  LrSchedule s(c, kSamplesPerEpoch);
+  LrSchedule s(lr_schedule_options(c), kSamplesPerEpoch);
   EXPECT_DOUBLE_EQ(at_step(s, 0), 0.2);
 }
 
 TEST(LrSchedule, AnotherGlobalBatchKeepsTheScheduleInImages) {
   // 6 ranks instead of 4 (global batch 768): the peak scales with the batch, and the LR at the
   // same number of images trained is the same fraction of it, in warmup and in decay.
-  Config six = schedule_config("cosine");
+  Config six = schedule_config(LrScheduleKind::kCosine);
   six.world_size = 6;
-  const LrSchedule four_ranks(schedule_config("cosine"), kSamplesPerEpoch);
-  const LrSchedule six_ranks(six, kSamplesPerEpoch);
+  const LrSchedule four_ranks(lr_schedule_options(schedule_config(LrScheduleKind::kCosine)),
+                              kSamplesPerEpoch);
+  const LrSchedule six_ranks(lr_schedule_options(six), kSamplesPerEpoch);
   EXPECT_DOUBLE_EQ(six_ranks.peak(), 0.3);
   for (int64_t trained : {0L, 3072L, 50000L}) {  // warmup counts the step's own images
     EXPECT_NEAR(six_ranks.at(trained, 768) / six_ranks.peak(),
@@ -91,7 +93,7 @@ TEST(LrSchedule, AnotherGlobalBatchKeepsTheScheduleInImages) {
 
 TEST(LrSchedule, ShortStepAtTheEndOfWarmup) {
   // A short last step of an epoch still counts only the images it trains.
-  LrSchedule s(schedule_config("cosine"), kSamplesPerEpoch);
+  LrSchedule s(lr_schedule_options(schedule_config(LrScheduleKind::kCosine)), kSamplesPerEpoch);
   EXPECT_DOUBLE_EQ(s.at(2 * kSamplesPerEpoch - 512, 100), 0.2 * (102400.0 - 412) / 102400);
 }
 

@@ -25,7 +25,8 @@ struct Params {
 TEST(Optimizer, SgdMatchesLibTorchReferenceWhenEverythingDecays) {
   for (bool nesterov : {false, true}) {
     Params ours, ref;
-    Optimizer opt(ours.named(), {"sgd", 0.9, nesterov, 0.01, /*decay_bn_and_bias=*/true, 0});
+    Optimizer opt(ours.named(),
+                  {OptimizerKind::kSgd, 0.9, nesterov, 0.01, /*decay_bn_and_bias=*/true, 0});
     torch::optim::SGD reference(
         {ref.weight, ref.bias},
         torch::optim::SGDOptions(0.1).momentum(0.9).nesterov(nesterov).weight_decay(0.01));
@@ -42,7 +43,7 @@ TEST(Optimizer, SgdMatchesLibTorchReferenceWhenEverythingDecays) {
 
 TEST(Optimizer, BnAndBiasGetNoWeightDecayByDefault) {
   Params p;
-  Optimizer opt(p.named(), {"sgd", 0.0, false, 0.5, /*decay_bn_and_bias=*/false, 0});
+  Optimizer opt(p.named(), {OptimizerKind::kSgd, 0.0, false, 0.5, /*decay_bn_and_bias=*/false, 0});
   const torch::Tensor w0 = p.weight.detach().clone(), b0 = p.bias.detach().clone();
   p.set_grads();
   opt.step(0.1);
@@ -62,7 +63,8 @@ TEST(Optimizer, LarsTrustRatioOnAKnownTensor) {
 TEST(Optimizer, LarsScalesWeightsAndLeavesBnAndBiasPlain) {
   Params p;
   const double eta = 0.02, wd = 0.01, lr = 0.5;
-  Optimizer opt(p.named(), {"lars", 0.9, false, wd, /*decay_bn_and_bias=*/false, eta});
+  Optimizer opt(p.named(),
+                {OptimizerKind::kLars, 0.9, false, wd, /*decay_bn_and_bias=*/false, eta});
   const torch::Tensor w0 = p.weight.detach().clone(), b0 = p.bias.detach().clone();
   p.set_grads();
   const torch::Tensor gw = p.weight.grad().clone(), gb = p.bias.grad().clone();
@@ -74,7 +76,7 @@ TEST(Optimizer, LarsScalesWeightsAndLeavesBnAndBiasPlain) {
 }
 
 TEST(Optimizer, StepWithFoundInfChangesNothing) {
-  for (const char* kind : {"sgd", "lars"}) {
+  for (const OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kLars}) {
     Params p;
     Optimizer opt(p.named(), {kind, 0.9, false, 0.01, false, 0.001});
     p.set_grads();
@@ -84,22 +86,22 @@ TEST(Optimizer, StepWithFoundInfChangesNothing) {
     p.set_grads();
     p.weight.mutable_grad()[0][0] = std::numeric_limits<float>::infinity();
     opt.step(0.1, torch::ones({}));
-    EXPECT_TRUE(torch::equal(p.weight, w1)) << kind;
+    EXPECT_TRUE(torch::equal(p.weight, w1)) << static_cast<int>(kind);
     for (const auto& [name, buffer] : opt.state())
-      EXPECT_TRUE(torch::equal(buffer, state1.at(name))) << kind << " " << name;
+      EXPECT_TRUE(torch::equal(buffer, state1.at(name))) << static_cast<int>(kind) << " " << name;
   }
 }
 
 TEST(Optimizer, StateRoundTripsByParameterName) {
   Params p;
-  Optimizer opt(p.named(), {"sgd", 0.9, false, 0.0, false, 0});
+  Optimizer opt(p.named(), {OptimizerKind::kSgd, 0.9, false, 0.0, false, 0});
   p.set_grads();
   opt.step(0.1);
   auto state = opt.state();
   ASSERT_EQ(state.size(), 2u);
   EXPECT_TRUE(state.count("momentum_buffer.fc.weight"));
   Params q;
-  Optimizer restored(q.named(), {"sgd", 0.9, false, 0.0, false, 0});
+  Optimizer restored(q.named(), {OptimizerKind::kSgd, 0.9, false, 0.0, false, 0});
   restored.load_state(state);
   EXPECT_TRUE(torch::equal(restored.state().at("momentum_buffer.fc.bias"),
                            state.at("momentum_buffer.fc.bias")));
@@ -125,7 +127,7 @@ TEST(LossScaler, UnscalesGradientsAndScalesTheLoss) {
 TEST(LossScaler, InfGradientSkipsTheStepAndHalvesTheScale) {
   LossScaler scaler(fp16_scaler(100), torch::kCPU);
   Params p;
-  Optimizer opt(p.named(), {"sgd", 0.9, false, 0.0, false, 0});
+  Optimizer opt(p.named(), {OptimizerKind::kSgd, 0.9, false, 0.0, false, 0});
   const auto w0 = p.weight.detach().clone();
   p.set_grads();
   p.bias.mutable_grad()[1] = std::numeric_limits<float>::quiet_NaN();

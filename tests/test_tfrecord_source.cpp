@@ -309,7 +309,8 @@ TEST(Sources, EvaluationTakesValImageSizeAndTrainingEachEpochsSize) {
   c.generated_val_images = 8;
   c.synthetic_batches_per_epoch = 2;
   const std::vector<int64_t> expected = {32, 64, 64, 64};  // epoch 1: 48 px, a tie, goes to 64
-  for (const std::string source : {"tfrecord", "generated", "synthetic"}) {
+  for (const DataSource source :
+       {DataSource::kTfrecord, DataSource::kGenerated, DataSource::kSynthetic}) {
     c.data_source = source;
     validate_config(c);
     Sources sources = make_sources(c, c10::Device(c10::kCPU));
@@ -318,13 +319,13 @@ TEST(Sources, EvaluationTakesValImageSizeAndTrainingEachEpochsSize) {
       sources.train->start_epoch(e);
       const Batch b = sources.train->next_batch();
       EXPECT_EQ(b.images.sizes(), (std::vector<int64_t>{4, expected[e], expected[e], 3}))
-          << source << ", epoch " << e;
+          << name_of(source) << ", epoch " << e;
     }
-    if (source == "synthetic") continue;  // no held-out data
+    if (source == DataSource::kSynthetic) continue;  // no held-out data
     sources.val->start_epoch(0);
     const Batch v = sources.val->next_batch();
-    EXPECT_EQ(v.images.sizes(), (std::vector<int64_t>{4, 48, 48, 3})) << source;
-    if (source != "tfrecord") continue;
+    EXPECT_EQ(v.images.sizes(), (std::vector<int64_t>{4, 48, 48, 3})) << name_of(source);
+    if (source != DataSource::kTfrecord) continue;
     auto o = options(files, false);  // centre 48 of the shorter side resized to 56
     o.transform.image_size = 48;
     o.transform.val_resize = 56;

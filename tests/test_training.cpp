@@ -11,6 +11,7 @@
 
 #include "base/check.h"
 #include "src/fit.h"
+#include "src/part_options.h"
 #include "src/sources.h"
 #include "src/state/checkpoint.h"
 #include "src/train/trainer.h"
@@ -22,9 +23,9 @@ namespace fs = std::filesystem;
 
 Config small_config(const std::string& name) {
   Config c;
-  c.arch = "resnet18";
+  c.arch = Arch::kResNet18;
   c.num_classes = 4;
-  c.data_source = "generated";
+  c.data_source = DataSource::kGenerated;
   c.generated_classes = 4;
   c.generated_train_images = 96;  // 3 steps per epoch of 32
   c.generated_val_images = 40;
@@ -47,7 +48,7 @@ TEST(Training, LossFallsAndAccuracyBeatsChance) {
   Config c = small_config("learn");
   c.epochs = 6;
   Sources sources = make_sources(c, torch::kCPU);
-  Trainer trainer(c, torch::kCPU);
+  Trainer trainer(trainer_options(c), torch::kCPU);
   fs::create_directories(c.output_dir);
   MetricsLog metrics(fs::path(c.output_dir) / "metrics.jsonl");
   const EvalResult before = trainer.evaluate(*sources.val);
@@ -71,7 +72,7 @@ TensorMap train_to(const Config& base, int64_t steps) {
   Config c = base;
   c.max_steps = steps;
   Sources sources = make_sources(c, torch::kCPU);
-  Trainer trainer(c, torch::kCPU);
+  Trainer trainer(trainer_options(c), torch::kCPU);
   MetricsLog metrics("");
   fit(trainer, c, *sources.train, nullptr, metrics);
   return state_dict(*trainer.model());
@@ -99,7 +100,7 @@ TEST(Training, ResumeWithTheRecipeTechniquesContinuesExactly) {
   auto with_techniques = [](Config c) {
     c.mixup_alpha = 0.2;
     c.cutmix_alpha = 1.0;
-    c.loss = "bce";
+    c.loss = LossKind::kBce;
     c.blurpool = true;
     c.ema_decay = 0.9;
     c.ema_every_steps = 2;
@@ -130,7 +131,7 @@ TEST(Training, ResumeWithTheRecipeTechniquesContinuesExactly) {
 
 TEST(Checkpoint, RoundTripsEveryField) {
   Config c = small_config("roundtrip");
-  Trainer trainer(c, torch::kCPU);
+  Trainer trainer(trainer_options(c), torch::kCPU);
   Checkpoint saved = trainer.checkpoint(Progress{/*step=*/7, /*epoch=*/2, /*samples_in_epoch=*/24});
   saved.samples_per_epoch = 64;
   const fs::path path = fs::path(c.output_dir) / "one.pt";

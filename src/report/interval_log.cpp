@@ -10,8 +10,8 @@
 
 namespace trainer {
 
-IntervalLog::IntervalLog(const Config& config, at::Device device)
-    : config_(config), loss_sum_(at::zeros({}, at::TensorOptions().device(device))) {
+IntervalLog::IntervalLog(const IntervalLogOptions& options, at::Device device)
+    : options_(options), loss_sum_(at::zeros({}, at::TensorOptions().device(device))) {
   reset();
 }
 
@@ -54,7 +54,7 @@ double IntervalLog::flush(const Trainer& trainer, const BatchSource& train, cons
   spdlog::info(
       "epoch {}/{} ({:.0f}%) step {}/{} | {:.1f} img/s | loss {:.4f} | lr {:.5f} | scale {:g} | "
       "{} left",
-      at.epoch + 1, config_.epochs, 100 * at.epoch_fraction, at.step, at.total_steps, images_per_s,
+      at.epoch + 1, options_.epochs, 100 * at.epoch_fraction, at.step, at.total_steps, images_per_s,
       loss, at.lr, scale, format_duration(seconds_left));
   metrics.write("train", {{"epoch", at.epoch + 1},
                           {"step", at.step},

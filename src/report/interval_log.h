@@ -12,15 +12,18 @@
 #include <string>
 
 #include "data/sources/batch_source.h"
-#include "src/config.h"
 #include "src/report/metrics_log.h"
 #include "src/train/trainer.h"
 
 namespace trainer {
 
+struct IntervalLogOptions {
+  int64_t epochs = 90;  // of the whole run, for "epoch 3/90" and the time left
+};
+
 class IntervalLog {
  public:
-  IntervalLog(const Config& config, at::Device device);
+  IntervalLog(const IntervalLogOptions& options, at::Device device);
 
   // `loss`: this rank's mean over its `rows` images; `step_images`: the step's over all ranks.
   void add(const at::Tensor& loss, int64_t rows, int64_t step_images);
@@ -49,7 +52,7 @@ class IntervalLog {
   RankSpread rank_spread(const Trainer& trainer, int64_t step, MetricsLog& metrics) const;
   void reset();
 
-  const Config& config_;
+  const IntervalLogOptions options_;
   at::Tensor loss_sum_;  // 0-dim float on the device: sum of this rank's per-image losses
   int64_t steps_ = 0;
   int64_t rows_ = 0;    // this rank's images in the interval

@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <map>
 
 #include "base/check.h"
 #include "src/device.h"
@@ -26,7 +27,7 @@ struct Options {
   int64_t iters = 20;
   int64_t warmup = 5;
   std::string dtype = "float";
-  std::string device = "auto";
+  DeviceChoice device = DeviceChoice::kAuto;
 };
 
 // Mean seconds per all-reduce of `tensor` over `iters` runs.
@@ -73,9 +74,11 @@ int run(int argc, char** argv) {
   app.add_option("--dtype", o.dtype, "float | half | bf16")
       ->check(CLI::IsMember({"float", "half", "bf16"}))
       ->capture_default_str();
+  std::map<std::string, DeviceChoice> devices;
+  for (const auto& choice : choice_names(DeviceChoice{})) devices[choice.name] = choice.value;
   app.add_option("--device", o.device, "auto | cuda | cpu")
-      ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
-      ->capture_default_str();
+      ->transform(CLI::CheckedTransformer(devices))
+      ->default_str("auto");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

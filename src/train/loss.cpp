@@ -11,7 +11,8 @@ at::Tensor one_hot_targets(const at::Tensor& labels, int64_t num_classes) {
 at::Tensor training_loss(const at::Tensor& logits, const at::Tensor& targets,
                          const LossOptions& options) {
   const double s = options.label_smoothing;
-  if (options.kind == "cross_entropy")  // takes indices or probabilities, and smooths either
+  if (options.kind ==
+      LossKind::kCrossEntropy)  // takes indices or probabilities, and smooths either
     return at::cross_entropy_loss(logits, targets, /*weight=*/{}, at::Reduction::Mean,
                                   /*ignore_index=*/-100, s);
   const int64_t classes = logits.size(1);

@@ -10,8 +10,10 @@
 
 namespace trainer {
 
+enum class LossKind { kCrossEntropy, kBce };
+
 struct LossOptions {
-  std::string kind = "cross_entropy";  // cross_entropy | bce
+  LossKind kind = LossKind::kCrossEntropy;
   double label_smoothing = 0.0;
 };
 

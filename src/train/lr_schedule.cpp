@@ -3,18 +3,16 @@
 #include <algorithm>
 #include <cmath>
 
-#include "src/config.h"
-
 namespace trainer {
 
-LrSchedule::LrSchedule(const Config& config, int64_t samples_per_epoch)
-    : kind_(config.lr_schedule),
-      peak_(config.base_lr * static_cast<double>(config.images_per_step()) / 256.0),
-      warmup_samples_(std::llround(config.warmup_epochs * static_cast<double>(samples_per_epoch))),
-      total_samples_(config.epochs * samples_per_epoch),
-      gamma_(config.lr_step_gamma),
-      power_(config.lr_poly_power) {
-  for (int64_t epoch : config.lr_step_epochs) milestones_.push_back(epoch * samples_per_epoch);
+LrSchedule::LrSchedule(const LrScheduleOptions& o, int64_t samples_per_epoch)
+    : kind_(o.kind),
+      peak_(o.base_lr * static_cast<double>(o.images_per_step) / 256.0),
+      warmup_samples_(std::llround(o.warmup_epochs * static_cast<double>(samples_per_epoch))),
+      total_samples_(o.epochs * samples_per_epoch),
+      gamma_(o.step_gamma),
+      power_(o.poly_power) {
+  for (int64_t epoch : o.step_epochs) milestones_.push_back(epoch * samples_per_epoch);
 }
 
 double LrSchedule::at(int64_t trained, int64_t step_samples) const {
@@ -24,8 +22,8 @@ double LrSchedule::at(int64_t trained, int64_t step_samples) const {
     return peak_ * std::min(1.0, static_cast<double>(trained + step_samples) / warmup_samples_);
   const double decay = static_cast<double>(std::max<int64_t>(total_samples_ - warmup_samples_, 1));
   const double progress = std::min(1.0, static_cast<double>(trained - warmup_samples_) / decay);
-  if (kind_ == "cosine") return 0.5 * peak_ * (1.0 + std::cos(M_PI * progress));
-  if (kind_ == "poly") return peak_ * std::pow(1.0 - progress, power_);
+  if (kind_ == LrScheduleKind::kCosine) return 0.5 * peak_ * (1.0 + std::cos(M_PI * progress));
+  if (kind_ == LrScheduleKind::kPoly) return peak_ * std::pow(1.0 - progress, power_);
   const auto passed = std::upper_bound(milestones_.begin(), milestones_.end(), trained) -
                       milestones_.begin();  // step schedule
   return peak_ * std::pow(gamma_, static_cast<double>(passed));

@@ -11,19 +11,30 @@
 
 namespace trainer {
 
-struct Config;
+enum class LrScheduleKind { kCosine, kStep, kPoly };
+
+struct LrScheduleOptions {
+  LrScheduleKind kind = LrScheduleKind::kCosine;
+  double base_lr = 0.1;              // per 256 images
+  int64_t images_per_step = 256;     // over all ranks: the peak is base_lr x images_per_step / 256
+  double warmup_epochs = 5;          // linear warmup, in epochs (fractions allowed)
+  int64_t epochs = 90;               // the whole run
+  std::vector<int64_t> step_epochs;  // step: epochs after which the LR is multiplied by gamma
+  double step_gamma = 0.1;           // step: the multiplier
+  double poly_power = 2.0;           // poly: (1 - progress)^power
+};
 
 class LrSchedule {
  public:
-  // `samples_per_epoch`: images in one training epoch; the peak follows config.images_per_step().
-  LrSchedule(const Config& config, int64_t samples_per_epoch);
+  // `samples_per_epoch`: images in one training epoch.
+  LrSchedule(const LrScheduleOptions& options, int64_t samples_per_epoch);
   // LR of the step that trains `step_samples` images after `trained` images of the whole run.
   double at(int64_t trained, int64_t step_samples) const;
   double peak() const { return peak_; }
   int64_t total_samples() const { return total_samples_; }
 
  private:
-  std::string kind_;
+  LrScheduleKind kind_;
   double peak_;
   int64_t warmup_samples_;
   int64_t total_samples_;

@@ -17,12 +17,10 @@ at::Tensor lars_trust_ratios(const std::vector<at::Tensor>& params,
 
 Optimizer::Optimizer(const NamedParameters& params, const OptimizerOptions& options)
     : options_(options), groups_(2) {
-  USER_CHECK(options.kind == "sgd" || options.kind == "lars", "optimizer '", options.kind,
-             "' is not one of sgd, lars");
   Group& weights = groups_[0];
   Group& bn_and_bias = groups_[1];
   weights.weight_decay = options.weight_decay;
-  weights.lars = options.kind == "lars";
+  weights.lars = options.kind == OptimizerKind::kLars;
   bn_and_bias.weight_decay = options.decay_bn_and_bias ? options.weight_decay : 0.0;
   bn_and_bias.lars = weights.lars && options.decay_bn_and_bias;
   for (const auto& [name, p] : params) {

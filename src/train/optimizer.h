@@ -15,8 +15,10 @@
 
 namespace trainer {
 
+enum class OptimizerKind { kSgd, kLars };
+
 struct OptimizerOptions {
-  std::string kind = "sgd";  // sgd | lars
+  OptimizerKind kind = OptimizerKind::kSgd;
   double momentum = 0.9;
   bool nesterov = false;
   double weight_decay = 1e-4;

@@ -16,16 +16,9 @@
 namespace trainer {
 namespace {
 
-std::optional<at::ScalarType> autocast_dtype_for(const std::string& precision) {
-  if (precision == "fp16") return at::kHalf;
-  if (precision == "bf16") return at::kBFloat16;
-  return std::nullopt;
-}
-
-ResNet build_model(const Config& config) {
-  torch::manual_seed(config.seed);  // same initial weights for the same seed, on any device
-  return ResNet(ResNetOptions{resnet_depth_from_name(config.arch), config.num_classes,
-                              config.zero_init_residual, config.blurpool});
+ResNet build_model(const TrainerOptions& options) {
+  torch::manual_seed(options.seed);  // same initial weights for the same seed, on any device
+  return ResNet(options.model);
 }
 
 // Moves 4-D weights to channels_last so cuDNN runs NHWC kernels with no layout conversions.
@@ -33,23 +26,6 @@ void to_channels_last(ResNet& model) {
   at::NoGradGuard no_grad;
   for (auto& p : model->parameters())
     if (p.dim() == 4) p.set_data(p.data().contiguous(c10::MemoryFormat::ChannelsLast));
-}
-
-OptimizerOptions optimizer_options(const Config& c) {
-  return {c.optimizer, c.momentum, c.nesterov, c.weight_decay, c.decay_bn_and_bias, c.lars_eta};
-}
-
-ReducerOptions reducer_options(const Config& c, c10::Device device) {
-  USER_CHECK(c.grad_compression == "none" || device.is_cuda(),
-             "grad_compression = ", c.grad_compression,
-             " needs GPUs (NCCL); on the CPU set grad_compression = none");
-  ReducerOptions options;
-  options.bucket_bytes = c.bucket_mb << 20;
-  options.predivide = c.grad_average == "pre";
-  options.wire_dtype = c.grad_compression == "fp16"   ? at::kHalf
-                       : c.grad_compression == "bf16" ? at::kBFloat16
-                                                      : at::kFloat;
-  return options;
 }
 
 // Overwrites each tensor with rank 0's (collective), on the current stream when on the GPU. The
@@ -77,10 +53,10 @@ std::vector<at::Tensor> parameter_data(torch::nn::Module& module) {
 
 // The parameters the optimizer updates: all, or with trainable = classifier only the classifier's
 // (the others stop requiring gradients, so backward does not compute theirs).
-Optimizer::NamedParameters trainable_parameters(ResNet& model, const std::string& trainable) {
+Optimizer::NamedParameters trainable_parameters(ResNet& model, bool classifier_only) {
   Optimizer::NamedParameters out;
   for (auto& item : model->named_parameters()) {
-    const bool trains = trainable == "all" || is_classifier_parameter(item.key());
+    const bool trains = !classifier_only || is_classifier_parameter(item.key());
     item.value().set_requires_grad(trains);
     if (trains) out.emplace_back(item.key(), item.value());
   }
@@ -93,52 +69,35 @@ std::vector<at::Tensor> tensors_of(const Optimizer::NamedParameters& named) {
   return out;
 }
 
-// The EMA's decay per update: ema_decay, or the one that gives ema_half_life_images at this run's
-// images per step (recomputed at each start, so a resize keeps the half-life in images).
-double ema_decay_per_update(const Config& c) {
-  if (c.ema_decay > 0) return c.ema_decay;
-  return decay_for_half_life(c.ema_half_life_images,
-                             static_cast<double>(c.images_per_step() * c.ema_every_steps));
-}
-
-LossScalerOptions scaler_options(const Config& c) {
-  LossScalerOptions options;
-  options.enabled = c.precision == "fp16";
-  options.init_scale = c.loss_scale_init;
-  options.growth_interval = c.loss_scale_growth_interval;
-  return options;
-}
-
 }  // namespace
 
-Trainer::Trainer(const Config& config, c10::Device device, ProcessGroup* group)
-    : config_(config),
+Trainer::Trainer(const TrainerOptions& options, c10::Device device, ProcessGroup* group)
+    : options_(options),
       device_(device),
-      autocast_dtype_(autocast_dtype_for(config.precision)),
+      autocast_dtype_(options.autocast_dtype),
       input_dtype_(autocast_dtype_.value_or(at::kFloat)),
-      memory_format_(device.is_cuda() && config.channels_last ? c10::MemoryFormat::ChannelsLast
-                                                              : c10::MemoryFormat::Contiguous),
+      memory_format_(device.is_cuda() && options.channels_last ? c10::MemoryFormat::ChannelsLast
+                                                               : c10::MemoryFormat::Contiguous),
       group_(group),
-      model_(build_model(config)),
-      scaler_(scaler_options(config), device),
-      loss_{config.loss, config.label_smoothing},
-      mixing_{config.mixup_alpha, config.cutmix_alpha} {
+      model_(build_model(options)),
+      scaler_(options.scaler, device),
+      loss_(options.loss),
+      mixing_(options.mixing) {
   model_->to(device);
   if (memory_format_ == c10::MemoryFormat::ChannelsLast) to_channels_last(model_);
-  const Optimizer::NamedParameters trained = trainable_parameters(model_, config.trainable);
-  optimizer_ = std::make_unique<Optimizer>(trained, optimizer_options(config));
+  const Optimizer::NamedParameters trained = trainable_parameters(model_, options.classifier_only);
+  optimizer_ = std::make_unique<Optimizer>(trained, options.optimizer);
   if (group_ && group_->launched()) {
     broadcast_from_rank0(parameter_data(*model_), *group_, "the broadcast of rank 0's weights");
     broadcast_from_rank0(model_->buffers(), *group_, "the broadcast of rank 0's BN statistics");
-    reducer_ = std::make_unique<GradientReducer>(tensors_of(trained), *group_,
-                                                 reducer_options(config, device));
+    reducer_ = std::make_unique<GradientReducer>(tensors_of(trained), *group_, options.reducer);
   }
-  if (config.ema_decay > 0 || config.ema_half_life_images > 0) {
-    ResNet average = build_model(config);
+  if (options.ema_decay > 0) {
+    ResNet average = build_model(options);
     average->to(device);
     if (memory_format_ == c10::MemoryFormat::ChannelsLast) to_channels_last(average);
-    ema_ = std::make_unique<WeightAverage>(model_, std::move(average), ema_decay_per_update(config),
-                                           config.ema_every_steps);
+    ema_ = std::make_unique<WeightAverage>(model_, std::move(average), options.ema_decay,
+                                           options.ema_every_steps);
   }
   if (device.is_cuda()) {
     step_start_.emplace(cudaEventDefault);
@@ -147,7 +106,7 @@ Trainer::Trainer(const Config& config, c10::Device device, ProcessGroup* group)
   set_training_mode();
 }
 
-void Trainer::set_training_mode() { model_->train(config_.trainable == "all"); }
+void Trainer::set_training_mode() { model_->train(!options_.classifier_only); }
 
 at::Tensor Trainer::prepare_images(const at::Tensor& images) const {
   return normalize_images(images.to(device_, /*non_blocking=*/true), input_dtype_, memory_format_);
@@ -157,10 +116,10 @@ std::pair<at::Tensor, at::Tensor> Trainer::mix(const at::Tensor& images, const a
   if (!mixing_.enabled()) return {images, labels};
   // One draw per (step, micro-batch, rank): the same again when a run resumes at this step.
   const int64_t rank = group_ ? group_->rank() : 0;
-  const uint64_t seed = mix_seed(mix_seed(config_.seed ^ 0x6D69787570ULL, step_),
-                                 static_cast<uint64_t>(micro_batch_ * config_.world_size + rank));
+  const uint64_t seed = mix_seed(mix_seed(options_.seed ^ 0x6D69787570ULL, step_),
+                                 static_cast<uint64_t>(micro_batch_ * options_.world_size + rank));
   const MixDraw draw = draw_mix(mixing_, seed, images.size(2), images.size(3));
-  return apply_mix(draw, images, one_hot_targets(labels, config_.num_classes));
+  return apply_mix(draw, images, one_hot_targets(labels, options_.model.num_classes));
 }
 
 at::Tensor Trainer::forward_backward(const Batch& batch, double loss_weight) {
@@ -272,9 +231,9 @@ Checkpoint Trainer::checkpoint(const Progress& progress) const {
   out.loss_scale = scaler_.scale_value();
   out.loss_scale_growth_tracker = scaler_.growth_tracker_value();
   out.progress = progress;
-  out.world_size = config_.world_size;
-  out.global_batch = config_.images_per_step();
-  out.config = config_to_toml(config_);
+  out.world_size = options_.world_size;
+  out.global_batch = options_.images_per_step;
+  out.config = options_.resolved_config;
   return out;
 }
 
@@ -285,9 +244,7 @@ bool Trainer::load_weights(const TensorMap& weights, const std::string& source,
   return kept;
 }
 
-std::string Trainer::architecture() const {
-  return config_.arch + (config_.blurpool ? "-blurpool" : "");
-}
+std::string Trainer::architecture() const { return options_.architecture; }
 
 void Trainer::restore(const Checkpoint& checkpoint) {
   USER_CHECK(checkpoint.architecture.empty() || checkpoint.architecture == architecture(),

@@ -16,7 +16,6 @@
 
 #include "data/sources/batch_source.h"
 #include "models/resnet.h"
-#include "src/config.h"
 #include "src/dist/gradient_reducer.h"
 #include "src/dist/process_group.h"
 #include "src/state/checkpoint.h"
@@ -36,12 +35,33 @@ struct EvalResult {
   double top5() const { return images ? 100.0 * top5_correct / images : 0.0; }  // percent
 };
 
+// The trainer's own options, made from the configuration in src/part_options.cpp.
+struct TrainerOptions {
+  ResNetOptions model;
+  std::string architecture =
+      "resnet50";      // as checkpoints name it: "resnet50-blurpool" and the like
+  uint64_t seed = 42;  // the initial weights, and each batch's MixUp/CutMix draw
+  std::optional<at::ScalarType> autocast_dtype;  // kHalf / kBFloat16: mixed precision; none: fp32
+  bool channels_last = true;                     // NHWC weights and activations (GPU only)
+  bool classifier_only = false;  // a linear probe: only fc trains, the rest (BN too) stays frozen
+  OptimizerOptions optimizer;
+  ReducerOptions reducer;  // with a launched group
+  LossScalerOptions scaler;
+  LossOptions loss;
+  MixingOptions mixing;
+  double ema_decay = 0;         // per EMA update; 0: no EMA
+  int64_t ema_every_steps = 1;  // steps between EMA updates
+  int world_size = 1;           // for the MixUp/CutMix draw and checkpoints
+  int64_t images_per_step = 0;  // over all ranks, for checkpoints
+  std::string resolved_config;  // the run's config.toml, kept in checkpoints
+};
+
 class Trainer {
  public:
-  // Builds the model from `config` (seeded by config.seed) on `device`. With a `group` launched
-  // by mpirun (collective: every rank constructs its Trainer together), parameters and buffers
-  // come from rank 0 and gradients are averaged over the ranks.
-  Trainer(const Config& config, c10::Device device, ProcessGroup* group = nullptr);
+  // Builds the model (seeded by options.seed) on `device`. With a `group` launched by mpirun
+  // (collective: every rank constructs its Trainer together), parameters and buffers come from
+  // rank 0 and gradients are averaged over the ranks.
+  Trainer(const TrainerOptions& options, c10::Device device, ProcessGroup* group = nullptr);
 
   // One optimisation step on `batch` at learning rate `lr`. Returns the batch's mean loss, a
   // 0-dim float device tensor (0 for an empty batch). In fp16, a step with overflowing gradients
@@ -100,7 +120,7 @@ class Trainer {
   // on its running statistics.
   void set_training_mode();
 
-  const Config& config_;
+  const TrainerOptions options_;
   c10::Device device_;
   std::optional<at::ScalarType> autocast_dtype_;  // kHalf / kBFloat16; nullopt in fp32
   at::ScalarType input_dtype_;                    // dtype the images are normalised into
