@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "data/sources/tfrecord_source_options.h"
 #include "data/transforms/augment_policy.h"
 #include "src/train/loss.h"
 #include "src/train/lr_schedule.h"
@@ -71,8 +72,9 @@ struct Config {
   double max_bad_fraction = 0.001;  // skip: stop when more of an epoch's records are bad
   int64_t reader_threads = 2;       // file reader threads per rank
   int64_t decode_threads = 0;       // decode/augment threads per rank; 0: cores / local ranks
-  int64_t prefetch_batches = 3;     // decoded batches held ready ahead of the trainer
-  int64_t shuffle_buffer = 1024;    // records mixed across read blocks (training)
+  // Decoded batches held ready ahead of the trainer: the source's own default.
+  int64_t prefetch_batches = TFRecordSourceOptions{}.prefetch_batches;
+  int64_t shuffle_buffer = 1024;  // records mixed across read blocks (training)
   std::string index_cache_dir = "/tmp/resnet-trainer-index";  // index files when data is read-only
   int64_t val_resize = 256;  // evaluation: shorter side before the centre crop
   // Augmentation of each training crop after the crop and flip, in the decode threads, as

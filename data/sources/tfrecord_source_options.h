@@ -28,7 +28,7 @@ struct TFRecordSourceOptions {
   bool pin_memory = false;  // batches in pinned memory, for asynchronous copies to a GPU
   int reader_threads = 2;
   int decode_threads = 1;
-  int64_t prefetch_batches = 2;     // decoded batches ready ahead of the consumer
+  int64_t prefetch_batches = 3;     // decoded batches ready ahead of the consumer (the one default)
   int64_t shuffle_buffer = 1024;    // records (training)
   int64_t block_records = 64;       // records per read; ImageNet: ~7 MB
   std::string index_cache_dir;      // where index files go when the data folder is read-only
