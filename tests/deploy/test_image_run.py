@@ -66,12 +66,14 @@ def test_no_build_secret_in_either_image(image, cluster):
     marks = [[line for line in p.read_text().splitlines() if line and "-----" not in line][-1]
              for p in extra]
     for tag in [image, image + "-build"]:
-        # Where a CA would be written: configuration, homes, scratch, and any certificate or
-        # pip configuration file under /opt (the build stage's venv).
+        # Where a CA would be written: configuration, homes (the tests' build keeps its venv in
+        # root's), scratch (and the sources, built at the host clone's path), and any certificate
+        # or pip configuration file under /opt (the default build's venv). Names are passed
+        # NUL-separated: the venv holds files with spaces in their names.
         script = ("printf '%s\\n' \"$@\" >/tmp/marks; "
-                  "{ find /opt -name '*.pem' -o -name '*.crt' -o -name 'pip.conf'; "
-                  "find /etc /root /home /run /tmp /usr/local /src -type f; } 2>/dev/null | "
-                  "grep -v '^/tmp/marks$' | xargs -r grep -lF -f /tmp/marks; true")
+                  "{ find /opt \\( -name '*.pem' -o -name '*.crt' -o -name 'pip.conf' \\) -print0; "
+                  "find /etc /root /home /run /tmp /usr/local /src -type f ! -path /tmp/marks "
+                  "-print0; } 2>/dev/null | xargs -0 -r grep -lF -f /tmp/marks; true")
         pod = restricted_pod(tag, ["-c", script, "marks", *marks])
         pod["containers"][0]["command"] = ["/bin/bash"]
         pod["securityContext"]["runAsUser"] = 0  # to read what only root may
