@@ -32,14 +32,14 @@ args=(--ignorefile "$root/docker/Dockerfile.dockerignore"
   --build-arg "BUILD_IMAGE=$base" --build-arg "RUNTIME_IMAGE=$base"
   --volume "$cuda:/usr/local/cuda:ro")
 [ ! -f "$ca_bundle" ] || args+=(--secret "id=ca-bundle,src=$ca_bundle")
-# The host's compiler cache, mounted into the build stage, which builds at this clone's path with
-# its venv at the host's: the compiler sees what the host's build (scripts/build.sh's defaults)
-# saw, and what that build compiled is not compiled again (15-20 minutes on 2 cores).
+# The host's compiler cache, mounted into the build stage, whose venv lies at the host's path:
+# the compiler sees what the host's build (scripts/build.sh's defaults) saw, and what that build
+# compiled is not compiled again (15-20 minutes on 2 cores).
 host_cache=${TRAINER_CACHE:-$HOME/.cache/resnet-trainer}
 host_ccache=${CCACHE_DIR:-$host_cache/ccache}
 if [ -d "$host_ccache" ]; then
-  args+=(--build-arg "SRC_DIR=$root" --build-arg "TRAINER_CACHE=$host_cache"
-    --build-arg "CCACHE_DIR=/host-ccache" --volume "$host_ccache:/host-ccache")
+  args+=(--build-arg "TRAINER_CACHE=$host_cache" --build-arg "CCACHE_DIR=/host-ccache"
+    --volume "$host_ccache:/host-ccache")
 fi
 echo "+ export CONTAINERS_CONF=$CONTAINERS_CONF" >&2
 start=$SECONDS

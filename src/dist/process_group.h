@@ -42,8 +42,7 @@ class ProcessGroup {
   // Joins the job `env.launcher` started. `timeout`: how long Gloo waits for the rendezvous and
   // for a collective (the watchdog, which names the collective, fires first).
   ProcessGroup(const Environment& env, std::chrono::seconds timeout);
-  ~ProcessGroup();  // destroys the NCCL communicator, then the launcher's transport (members'
-                    // order)
+  ~ProcessGroup();  // destroys the NCCL communicator, then the launcher's transport
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 

@@ -67,9 +67,9 @@ def test_no_build_secret_in_either_image(image, cluster):
              for p in extra]
     for tag in [image, image + "-build"]:
         # Where a CA would be written: configuration, homes (the tests' build keeps its venv in
-        # root's), scratch (and the sources, built at the host clone's path), and any certificate
-        # or pip configuration file under /opt (the default build's venv). Names are passed
-        # NUL-separated: the venv holds files with spaces in their names.
+        # root's), scratch, the sources, and any certificate or pip configuration file under /opt
+        # (the default build's venv). Names are passed NUL-separated: the venv holds files with
+        # spaces in their names.
         script = ("printf '%s\\n' \"$@\" >/tmp/marks; "
                   "{ find /opt \\( -name '*.pem' -o -name '*.crt' -o -name 'pip.conf' \\) -print0; "
                   "find /etc /root /home /run /tmp /usr/local /src -type f ! -path /tmp/marks "
