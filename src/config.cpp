@@ -80,7 +80,8 @@ void add_options(CLI::App& app, Config& c) {
   add("Device", "channels_last", c.channels_last, "NHWC activations on the GPU");
   add("Device", "cudnn_benchmark", c.cudnn_benchmark, "cuDNN algorithm autotuning");
   add_choice("Data", "data_source", c.data_source, "synthetic | generated | tfrecord");
-  add("Data", "batch_size", c.batch_size, "images per GPU and step");
+  add("Data", "batch_size", c.batch_size,
+      "images per GPU and step; with global_batch, the most per micro-batch");
   add("Data", "image_size", c.image_size, "training crop, pixels (unless progressive resizing)");
   add("Data", "val_image_size", c.val_image_size, "evaluation centre crop, pixels; 0: image_size");
   add("Data", "synthetic_batches_per_epoch", c.synthetic_batches_per_epoch, "synthetic epoch");
@@ -152,7 +153,8 @@ void add_options(CLI::App& app, Config& c) {
   add("Data parallel", "collective_timeout_s", c.collective_timeout_s,
       "end the job when a collective hangs this long");
   add("Data parallel", "global_batch", c.global_batch,
-      "images per step at any world size (accumulation); 0: batch_size x ranks");
+      "images per step at any world size (accumulation, or smaller micro-batches); 0: "
+      "batch_size x ranks");
   add("Checkpoints", "eval_every_epochs", c.eval_every_epochs, "0: only at the end");
   add("Checkpoints", "checkpoint_every_steps", c.checkpoint_every_steps, "0: every epoch end");
   add("Checkpoints", "keep_checkpoints", c.keep_checkpoints, "newest K kept");
@@ -183,7 +185,8 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 
 // Options of `train` that are not configuration keys.
 bool is_command(const std::string& name) {
-  return name == "help" || name == "config" || name == "help_markdown";
+  return name == "help" || name == "config" || name == "help_markdown" ||
+         name == "plan_world_size" || name == "plan_train_images";
 }
 
 bool is_key(const CLI::App& app, const std::string& name) {
@@ -237,8 +240,9 @@ std::string unknown_argument_problem(const CLI::App& app, const std::vector<std:
 
 }  // namespace
 
-std::optional<Config> parse_config(int argc, const char* const argv[]) {
-  Config config;
+std::optional<CommandLine> parse_command_line(int argc, const char* const argv[]) {
+  CommandLine line;
+  Config& config = line.config;
   CLI::App app{
       "Trains ResNet on one GPU, the CPU, or many GPUs under mpirun.\n"
       "Every key can be set in the --config file (key = value) and overridden as --key."};
@@ -248,6 +252,12 @@ std::optional<Config> parse_config(int argc, const char* const argv[]) {
   add_options(app, config);
   bool markdown = false;
   app.add_flag("--help_markdown", markdown, "every key as Markdown tables (docs/configuration.md)");
+  app.add_option("--plan_world_size", line.plan_world_size,
+                 "print the run's plan on N ranks (batches, steps, learning rate) and exit: 0 "
+                 "when it can start, 2 with the error and its fix");
+  app.add_option("--plan_train_images", line.plan_train_images,
+                 "the plan's training images per epoch (default: the data source's, or "
+                 "ImageNet-1k's 1281167 for TFRecords)");
   const std::string hint = ". Run `train --help` for every key and its values.";
   try {
     app.parse(argc, argv);
@@ -268,8 +278,7 @@ std::optional<Config> parse_config(int argc, const char* const argv[]) {
   }
   if (!app.remaining().empty())
     throw UserError(unknown_argument_problem(app, app.remaining()) + hint);
-  validate_config(config);
-  return config;
+  return line;
 }
 
 // TOML value of one option from its default string (the resolved value, see config_to_toml).

@@ -56,7 +56,8 @@ struct Config {
 
   // Data.
   DataSource data_source = DataSource::kSynthetic;  // synthetic | generated (in memory) | tfrecord
-  int64_t batch_size = 256;                         // images per GPU (per process) and step
+  // Images per GPU (per process) and step; with global_batch, the most per micro-batch.
+  int64_t batch_size = 256;
   int64_t image_size = 224;    // training crop, pixels (and val_image_size's default)
   int64_t val_image_size = 0;  // evaluation centre crop, pixels; 0: image_size
   int64_t synthetic_batches_per_epoch = 100;
@@ -165,8 +166,14 @@ struct Config {
   // Started by torchrun's elastic agent: any start may be a later round of a running job (after a
   // failure or a change of members), so the run's own newest checkpoint comes first.
   bool elastic = false;
-  // Images in one batch of every rank (a micro-batch when accumulating).
-  int64_t images_per_micro_batch() const { return batch_size * world_size; }
+  // Images per rank in one batch (a micro-batch when accumulating): batch_size, or fewer where
+  // global_batch leaves fewer per rank (Note [Fixed global batch] in src/fit.cpp).
+  int64_t micro_batch_size() const {
+    if (global_batch == 0 || global_batch >= batch_size * world_size) return batch_size;
+    return std::max<int64_t>(1, global_batch / world_size);
+  }
+  // Images in one batch of every rank.
+  int64_t images_per_micro_batch() const { return micro_batch_size() * world_size; }
   // Batches each rank accumulates per step: global_batch's nearest smaller multiple.
   int64_t micro_batches() const {
     return global_batch > 0 ? std::max<int64_t>(1, global_batch / images_per_micro_batch()) : 1;
@@ -209,12 +216,22 @@ std::string name_of(Choice value) {
   return "(unnamed " + std::to_string(static_cast<int>(value)) + ")";  // a table lacks a value
 }
 
-// Parses `train [--config FILE] [--key value ...]` and validates the result. Returns nullopt after
-// printing --help (or --help_markdown). Throws UserError naming the key, its value and the allowed
-// values.
-std::optional<Config> parse_config(int argc, const char* const argv[]);
+// What `train`'s command line asks for: a run of `config`, or the plan of that run on
+// `plan_world_size` ranks (src/run_plan.h).
+struct CommandLine {
+  Config config;                  // not validated yet: the rules depend on the world size
+  int plan_world_size = 0;        // --plan_world_size N: print the plan for N ranks and exit
+  int64_t plan_train_images = 0;  // --plan_train_images N: the plan's epoch (0: the source's)
+};
 
-// Checks every value and every relation between values; throws UserError on the first violation.
+// Parses `train [--config FILE] [--key value ...]`: the file's keys, then the command line's,
+// which win. Returns nullopt after printing --help (or --help_markdown). Throws UserError naming
+// the key, its value and the allowed values, or the unknown key and the nearest one.
+std::optional<CommandLine> parse_command_line(int argc, const char* const argv[]);
+
+// Checks every value and every relation between values at config.world_size ranks; throws
+// UserError on the first violation. `train` runs it once, when the launcher has said the world
+// size.
 void validate_config(const Config& config);
 
 // The resolved configuration, every key, in the file format --config reads.

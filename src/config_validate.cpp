@@ -57,10 +57,9 @@ void validate_sizes_and_parallelism(const Config& c) {
   check(c.bucket_mb > 0 && c.bucket_mb <= 1024, "bucket_mb", c.bucket_mb, "must be in [1, 1024]");
   check(c.collective_timeout_s > 0, "collective_timeout_s", c.collective_timeout_s,
         "must be > 0 seconds");
-  check(c.global_batch == 0 || c.global_batch >= c.images_per_micro_batch(), "global_batch",
-        c.global_batch,
-        "must be 0 or at least batch_size x ranks = " + std::to_string(c.images_per_micro_batch()) +
-            ": lower batch_size (images per GPU per micro-batch)");
+  check(c.global_batch == 0 || c.global_batch >= c.world_size, "global_batch", c.global_batch,
+        "must be 0 or at least one image per rank (" + std::to_string(c.world_size) +
+            " ranks). Fix: a global_batch of at least the number of GPUs, or fewer ranks");
   check(c.num_classes > 0, "num_classes", c.num_classes, "must be > 0");
   check(c.batch_size > 0, "batch_size", c.batch_size, "must be > 0 (images per GPU)");
   check(c.image_size >= 32, "image_size", c.image_size, "must be >= 32 (ResNet downsamples 32x)");
@@ -69,10 +68,20 @@ void validate_sizes_and_parallelism(const Config& c) {
   validate_progressive_resize(c);
   // A rank may train a single image (batch_size 1, or its share of an epoch's short last step);
   // below 64 pixels its last feature map is 1x1, and batch norm cannot train on one value.
-  check(c.batch_size > 1 || c.smallest_train_image_size() >= 64, "batch_size", c.batch_size,
-        "with a training crop < 64 (image_size, or progressive_resize_min_size) must be >= 2: "
-        "batch norm needs more than one value per channel, and ResNet's last feature map is 1x1 "
-        "below 64 pixels (or raise the crop to 64)");
+  const std::string why =
+      ": batch norm needs more than one value per channel, and ResNet's last feature map is 1x1 "
+      "below 64 pixels (or raise the crop to 64)";
+  if (c.micro_batch_size() < c.batch_size)  // shrunk to fit global_batch
+    check(c.micro_batch_size() > 1 || c.smallest_train_image_size() >= 64, "global_batch",
+          c.global_batch,
+          "leaves 1 image per rank on " + std::to_string(c.world_size) +
+              " ranks, and a training crop < 64 (image_size, or progressive_resize_min_size) "
+              "needs >= 2" +
+              why);
+  else
+    check(c.batch_size > 1 || c.smallest_train_image_size() >= 64, "batch_size", c.batch_size,
+          "with a training crop < 64 (image_size, or progressive_resize_min_size) must be >= 2" +
+              why);
   check(c.synthetic_batches_per_epoch > 0, "synthetic_batches_per_epoch",
         c.synthetic_batches_per_epoch, "must be > 0");
 }
@@ -83,7 +92,9 @@ void validate_generated_data_and_augmentation(const Config& c) {
     check(c.generated_classes >= 2 && c.generated_classes <= c.num_classes, "generated_classes",
           c.generated_classes, "must be in [2, num_classes]");
     check(c.generated_train_images >= c.images_per_micro_batch(), "generated_train_images",
-          c.generated_train_images, "must hold at least one global batch (batch_size x ranks)");
+          c.generated_train_images,
+          "must hold at least one micro-batch of every rank (" +
+              std::to_string(c.images_per_micro_batch()) + ")");
     check(c.generated_val_images > 0, "generated_val_images", c.generated_val_images,
           "must be > 0");
   }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 
 #include "base/bounded_wait.h"
 #include "base/check.h"
@@ -48,14 +49,18 @@ void log_startup(const Trainer& trainer, const at::Tensor& loss, int64_t step,
 // With global_batch set: how this world size reaches it (Note [Fixed global batch]).
 void log_accumulation(const Config& config) {
   if (config.global_batch == 0) return;
-  const std::string how = std::to_string(config.micro_batches()) + " micro-batch(es) of " +
-                          std::to_string(config.batch_size) + " images per rank and step on " +
-                          std::to_string(config.world_size) + " rank(s)";
+  const int64_t micro = config.micro_batch_size();
+  const std::string how =
+      std::to_string(config.micro_batches()) + " micro-batch(es) of " + std::to_string(micro) +
+      " images per rank and step on " + std::to_string(config.world_size) + " rank(s)" +
+      (micro < config.batch_size
+           ? " (batch_size " + std::to_string(config.batch_size) + " shrunk to fit global_batch)"
+           : "");
   if (config.images_per_step() == config.global_batch)
     spdlog::info("global batch {} kept: {}", config.global_batch, how);
   else
     spdlog::warn(
-        "global_batch = {} is not a multiple of batch_size x ranks = {}: steps of {} images, the "
+        "global_batch = {} is not a multiple of micro-batch x ranks = {}: steps of {} images, the "
         "nearest below ({}). Fix: a global_batch that every expected world size divides",
         config.global_batch, config.images_per_micro_batch(), config.images_per_step(), how);
 }
@@ -90,16 +95,19 @@ EvalResult run_eval(Trainer& trainer, BatchSource& val, int64_t epoch, int64_t s
   return r;
 }
 
-// Whether to stop for a signal. Alone: as soon as one arrives. Under mpirun the ranks must stop
-// at the same step (the checkpoint is collective), so they agree at each log interval.
-bool should_stop(const Trainer& trainer, int64_t step, const Config& config) {
-  ProcessGroup* group = trainer.group();
-  if (!group || group->size() == 1) return stop_requested();
-  if (step % config.log_every_steps != 0) return false;
-  return group->sum(stop_requested() ? 1 : 0) > 0;
-}
+// Note [A stop at any step]
+// A stop signal must be answered with a checkpoint before the launcher's SIGKILL (mpirun's
+// daemons send it odls_base_sigkill_timeout = 20 s after SIGTERM; a pod's grace period likewise),
+// whatever log_every_steps is. Alone, the run stops at the end of the step the signal came in.
+// With other ranks the checkpoint is collective, so they must agree on the step: each step ends
+// by reading a sum of the ranks' stop flags started at the end of the step before, and starting
+// the next one. The sum runs on a channel of its own during the step (a non-blocking all-reduce
+// of one host integer), so reading it a step later costs nothing and never waits for the device;
+// every rank reads the same sums in the same order, so all stop at the same step: the one after
+// the signal's, or the one after that. A run that ends reads the last sum it started.
 
-// Rank 0, where TensorBoard is on: `count` images of `batch` as the model sees them.
+// Rank 0, where TensorBoard is on// Rank 0, where TensorBoard is on: `count` images of `batch` as
+// the model sees them.
 void write_preview(Trainer& trainer, const Batch& batch, const std::string& tag, int64_t step,
                    MetricsLog& metrics) {
   TensorBoardWriter* tensorboard = metrics.tensorboard();
@@ -122,14 +130,17 @@ void write_eval_preview(Trainer& trainer, BatchSource& val, int64_t step, Metric
 // Note [Fixed global batch]
 // By default a step is one batch of every rank, so a resize changes the global batch and the
 // learning rate with it (linear scaling rule). With `global_batch = N` a step is N images however
-// many ranks there are: each rank accumulates gradients over N / (batch_size x ranks)
-// micro-batches (the nearest smaller whole number, logged when N is not reached exactly) and the
-// gradients are averaged over ranks once, after the last micro-batch's backward
+// many ranks there are. batch_size is then the largest micro-batch a GPU takes: where N leaves
+// fewer images per rank (N < batch_size x ranks, many nodes), the micro-batch shrinks to
+// N / ranks (Config::micro_batch_size), so a recipe starts at any node count. Otherwise each
+// rank accumulates gradients over N / (batch_size x ranks) micro-batches. Either way the step is
+// the nearest whole number of micro-batches below N, logged when N is not reached exactly, and
+// the gradients are averaged over ranks once, after the last micro-batch's backward
 // (GradientReducer::set_accumulating), so the optimisation is that of one batch of N. The source
-// deals the epoch out in micro-batches of batch_size x ranks images (Note [Elastic epoch order]);
-// a step takes as many as make its images, so the epoch's last step has fewer, and every image
-// is still trained once per epoch across resizes. Each micro-batch's loss is weighted by its
-// images over the step's, as a rank's share of a short step is.
+// deals the epoch out in micro-batches of micro-batch x ranks images (Note [Elastic epoch
+// order]); a step takes as many as make its images, so the epoch's last step has fewer, and
+// every image is still trained once per epoch across resizes. Each micro-batch's loss is weighted
+// by its images over the step's, as a rank's share of a short step is.
 
 // Runs the epochs from a resume point to the end (or max_steps, or a stop signal).
 class TrainingLoop {
@@ -177,6 +188,7 @@ class TrainingLoop {
     } catch (const StopRequested& stop) {
       return stopped_while_waiting(stop);
     }
+    if (stop_vote_) stop_vote_();  // the sum the last step started (Note [A stop at any step])
     result_.steps = at_.step;
     if (val_ && result_.final_eval.images == 0)  // resumed at the end: still report accuracy
       evaluate(std::max<int64_t>(at_.epoch - 1, 0));
@@ -228,7 +240,7 @@ class TrainingLoop {
     const bool eval_now = val_ && config_.eval_every_epochs > 0 && epoch_done &&
                           (epoch + 1) % config_.eval_every_epochs == 0;
     at_.eval_pending = eval_now;  // until evaluate() has run: a checkpoint before carries it over
-    if (should_stop(trainer_, step, config_)) {
+    if (stop_agreed(step)) {
       spdlog::warn("signal {} received: checkpointing at step {} and stopping{}",
                    stop_signal_number(), step,
                    eval_now ? " (the epoch's evaluation runs when the run resumes)" : "");
@@ -243,6 +255,18 @@ class TrainingLoop {
         (config_.checkpoint_every_steps > 0 && step % config_.checkpoint_every_steps == 0))
       save(trainer_, config_, at_, samples_);
     return true;
+  }
+
+  // Whether every rank stops after `step` for a signal (Note [A stop at any step]).
+  bool stop_agreed(int64_t step) {
+    ProcessGroup* group = trainer_.group();
+    if (!group || group->size() == 1) return stop_requested();
+    const bool agreed = stop_vote_ && stop_vote_() > 0;
+    stop_vote_ = nullptr;
+    if (!agreed)
+      stop_vote_ = group->start_sum(stop_requested() ? 1 : 0,
+                                    "the stop vote started after step " + std::to_string(step));
+    return agreed;
   }
 
   // A stop signal came while this rank waited for data (its next batch, or an evaluation's),
@@ -313,6 +337,7 @@ class TrainingLoop {
   int64_t steps_this_run_ = 0;
   int64_t image_size_ = 0;  // the training crop of the epoch under way, pixels; 0 before the first
   bool eval_previewed_ = false;
+  std::function<int64_t()> stop_vote_;  // the ranks' stop flags summed since the last step
   FitResult result_;
 };
 

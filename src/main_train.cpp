@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -28,6 +29,7 @@
 #include "src/fit.h"
 #include "src/part_options.h"
 #include "src/report/metrics_log.h"
+#include "src/run_plan.h"
 #include "src/sources.h"
 #include "src/train/trainer.h"
 
@@ -91,15 +93,23 @@ void configure_process(const ProcessGroup& group, const Environment& env) {
 }
 
 int run(int argc, char** argv, std::unique_ptr<ProcessGroup>& group) {
-  std::optional<Config> parsed = parse_config(argc, argv);
-  if (!parsed) return 0;  // --help
-  Config config = *parsed;
+  std::optional<CommandLine> line = parse_command_line(argc, argv);
+  if (!line) return 0;  // --help
+  if (line->plan_world_size != 0) {
+    std::cout << describe_plan(line->config, line->plan_world_size, line->plan_train_images);
+    return 0;
+  }
+  Config config = line->config;
   const Environment env = read_environment();
+  // Before validation: the process group needs only the collective timeout, checked here.
+  USER_CHECK(config.collective_timeout_s > 0,
+             "config key 'collective_timeout_s' = ", config.collective_timeout_s,
+             " is invalid: must be > 0 seconds");
   group = std::make_unique<ProcessGroup>(env, std::chrono::seconds(config.collective_timeout_s));
   config.world_size = group->size();
   config.restart_count = env.torchrun.restart_count;
   config.elastic = env.launcher == Launcher::kTorchrun;
-  validate_config(config);  // again: some rules depend on the world size
+  validate_config(config);  // once, at the launcher's world size
   configure_process(*group, env);
   const c10::Device device = select_device(config.device, group->local_rank());
   check_device_supports(config, device, group->launched());

@@ -89,7 +89,8 @@ LrScheduleOptions lr_schedule_options(const Config& c) {
 IntervalLogOptions interval_log_options(const Config& c) { return {c.epochs}; }
 
 BenchmarkOptions benchmark_options(const Config& c) {
-  return {c.benchmark_warmup_steps, c.benchmark_steps, c.batch_size, lr_schedule_options(c)};
+  return {c.benchmark_warmup_steps, c.benchmark_steps, c.micro_batch_size(),
+          lr_schedule_options(c)};
 }
 
 }  // namespace trainer

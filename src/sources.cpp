@@ -21,7 +21,8 @@ std::unique_ptr<BatchSource> make_tfrecord_source(const Config& config, c10::Dev
   TFRecordSourceOptions o;
   o.files = list_tfrecord_files(pattern, key);
   o.training = training;
-  o.batch_size = config.batch_size;
+  // Training in micro-batches (Note [Fixed global batch]); evaluation in batches of batch_size.
+  o.batch_size = training ? config.micro_batch_size() : config.batch_size;
   o.seed = config.seed;
   o.rank = rank;
   o.world_size = config.world_size;
@@ -80,10 +81,14 @@ void build_tfrecord_indexes(const Config& config, int local_rank, int local_size
 Sources make_sources(const Config& config, c10::Device device, int rank, int local_size) {
   Sources sources;
   if (config.data_source == DataSource::kSynthetic) {
-    SyntheticOptions options{config.batch_size,  config.image_size,
-                             config.num_classes, config.synthetic_batches_per_epoch,
-                             config.seed,        rank,
-                             config.world_size,  progressive_image_sizes(config)};
+    SyntheticOptions options{config.micro_batch_size(),
+                             config.image_size,
+                             config.num_classes,
+                             config.synthetic_batches_per_epoch,
+                             config.seed,
+                             rank,
+                             config.world_size,
+                             progressive_image_sizes(config)};
     sources.train = std::make_unique<SyntheticSource>(options, device);
     return sources;
   }
@@ -104,9 +109,9 @@ Sources make_sources(const Config& config, c10::Device device, int rank, int loc
   const auto sizes = progressive_image_sizes(config);
   GeneratedDatasetOptions data{config.generated_classes, config.generated_train_images,
                                sizes ? sizes->largest() : config.image_size, config.seed};
-  MemorySourceOptions train{config.batch_size,
-                            /*training=*/true, config.seed, device.is_cuda(), rank,
-                            config.world_size, sizes};
+  MemorySourceOptions train{config.micro_batch_size(),
+                            /*training=*/true,         config.seed, device.is_cuda(), rank,
+                            config.world_size,         sizes};
   if (!config.evaluate_only)
     sources.train = std::make_unique<MemorySource>(generate_labelled_images(data), train);
   data.images = config.generated_val_images;

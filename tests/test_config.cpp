@@ -19,7 +19,10 @@ std::optional<Config> parse(std::vector<std::string> args) {
   args.insert(args.begin(), "train");
   std::vector<const char*> argv;
   for (const auto& a : args) argv.push_back(a.c_str());
-  return parse_config(static_cast<int>(argv.size()), argv.data());
+  const auto line = parse_command_line(static_cast<int>(argv.size()), argv.data());
+  if (!line) return std::nullopt;
+  validate_config(line->config);  // at one rank, as `train` alone
+  return line->config;
 }
 
 fs::path write_file(const std::string& name, const std::string& text) {

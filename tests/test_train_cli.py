@@ -38,7 +38,9 @@ def test_help_lists_keys_with_defaults():
     (["--epochs", "5", "--warmup_epochs", "6"], "warmup_epochs"),
     (["--no_such_key", "1"], "no_such_key"),
     (["--trainable", "backbone"], "trainable"),
-    (["--global_batch", "128"], "global_batch"),  # below one batch_size (256) per rank
+    (["--global_batch", "-8"], "global_batch"),
+    # One image per rank at 32 px: batch norm cannot train (the micro-batch shrinks to fit).
+    (["--global_batch", "1", "--image_size", "32"], "global_batch"),
     (["--evaluate_only", "true"], "evaluate_only"),  # synthetic data has no held-out split
     (["--evaluate_only", "true", "--data_source", "tfrecord"], "val_data"),
 ])

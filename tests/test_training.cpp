@@ -93,6 +93,24 @@ TEST(Training, ResumeContinuesExactly) {
     EXPECT_TRUE(torch::equal(actual.at(name), tensor)) << name;
 }
 
+// Note [Fixed global batch]: a global_batch that leaves fewer images per rank than batch_size
+// (a recipe on many nodes) shrinks the micro-batch to fit, and trains exactly as that batch_size.
+TEST(Training, AGlobalBatchBelowBatchSizeShrinksTheMicroBatch) {
+  Config shrunk = small_config("shrunk");
+  shrunk.global_batch = 16;
+  validate_config(shrunk);
+  EXPECT_EQ(shrunk.micro_batch_size(), 16);
+  EXPECT_EQ(shrunk.micro_batches(), 1);
+  EXPECT_EQ(shrunk.images_per_step(), 16);
+  Config plain = small_config("plain");
+  plain.batch_size = 16;
+  validate_config(plain);
+  const TensorMap expected = train_to(plain, 4), actual = train_to(shrunk, 4);
+  ASSERT_EQ(actual.size(), expected.size());
+  for (const auto& [name, tensor] : expected)
+    EXPECT_TRUE(torch::equal(actual.at(name), tensor)) << name;
+}
+
 // The recipes' techniques all on (MixUp and CutMix draws, binary cross-entropy, BlurPool, EMA
 // updated every other step): a resume mid-epoch still reproduces the uninterrupted run, EMA
 // included.

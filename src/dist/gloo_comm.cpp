@@ -98,6 +98,15 @@ class GlooComm final : public HostComm {
     group_->broadcast(tensors, options)->wait();
   }
   void barrier() override { group_->barrier()->wait(); }
+  // Gloo matches collectives by the order they are queued in, the same on every rank.
+  std::function<int64_t()> start_sum(int64_t value) override {
+    std::vector<at::Tensor> tensors{at::full({1}, value, at::kLong)};
+    c10::intrusive_ptr<c10d::Work> work = group_->allreduce(tensors);
+    return [work, tensors] {
+      work->wait();
+      return tensors[0].item<int64_t>();
+    };
+  }
   [[noreturn]] void abort(int exit_code) override { std::_Exit(exit_code); }
 
  private:

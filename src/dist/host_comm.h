@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 
 #include "src/environment.h"
@@ -28,6 +29,11 @@ class HostComm {
   // Overwrites a dense CPU tensor on every rank with rank `root`'s.
   virtual void broadcast_(at::Tensor& tensor, int root) = 0;
   virtual void barrier() = 0;
+  // Starts an in-place sum over ranks of one host value and returns at once; the returned
+  // function waits for it and returns the sum, and is called exactly once. It runs on a channel
+  // of its own (MPI: a duplicate communicator; Gloo: its queue, in the order of the calls), so
+  // other collectives may be called while it is under way.
+  virtual std::function<int64_t()> start_sum(int64_t value) = 0;
   // Ends every process of the job now (MPI_Abort; under torchrun this process exits and the
   // elastic agent stops the others). Safe from any thread.
   [[noreturn]] virtual void abort(int exit_code) = 0;

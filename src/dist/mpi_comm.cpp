@@ -2,6 +2,7 @@
 #include <mpi.h>
 
 #include <cstdlib>
+#include <memory>
 
 #include "base/check.h"
 #include "src/dist/host_comm.h"
@@ -62,9 +63,13 @@ class MpiComm final : public HostComm {
     MPI_CHECK(MPI_Comm_rank(local, &local_rank_));
     MPI_CHECK(MPI_Comm_size(local, &local_size_));
     MPI_CHECK(MPI_Comm_free(&local));
+    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &sums_));
   }
   // A destructor cannot throw: a failed MPI_Finalize at exit changes nothing the run has written.
-  ~MpiComm() override { MPI_Finalize(); }
+  ~MpiComm() override {
+    MPI_Comm_free(&sums_);
+    MPI_Finalize();
+  }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -82,6 +87,20 @@ class MpiComm final : public HostComm {
                         MPI_COMM_WORLD));
   }
   void barrier() override { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+  std::function<int64_t()> start_sum(int64_t value) override {
+    struct Sum {  // where MPI reads and writes until the wait
+      int64_t value = 0, total = 0;
+      MPI_Request request = MPI_REQUEST_NULL;
+    };
+    auto sum = std::make_shared<Sum>();
+    sum->value = value;
+    MPI_CHECK(
+        MPI_Iallreduce(&sum->value, &sum->total, 1, MPI_INT64_T, MPI_SUM, sums_, &sum->request));
+    return [sum] {
+      MPI_CHECK(MPI_Wait(&sum->request, MPI_STATUS_IGNORE));
+      return sum->total;
+    };
+  }
   [[noreturn]] void abort(int exit_code) override {
     MPI_Abort(MPI_COMM_WORLD, exit_code);  // does not return where it works; _Exit where not
     std::_Exit(exit_code);
@@ -89,6 +108,9 @@ class MpiComm final : public HostComm {
 
  private:
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+  // start_sum's own communicator: its sums may overlap the collectives on MPI_COMM_WORLD in
+  // any order.
+  MPI_Comm sums_ = MPI_COMM_NULL;
 };
 
 }  // namespace

@@ -130,6 +130,14 @@ int64_t ProcessGroup::sum(int64_t value) {
   return total.item<int64_t>();
 }
 
+std::function<int64_t()> ProcessGroup::start_sum(int64_t value, std::string what) {
+  if (!comm_) return [value] { return value; };
+  return [this, wait = comm_->start_sum(value), what = std::move(what)] {
+    HostCollective watched(watchdog_, what.c_str());
+    return wait();
+  };
+}
+
 void ProcessGroup::barrier(const char* what) {
   if (!comm_) return;
   HostCollective watched(watchdog_, what);

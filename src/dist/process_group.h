@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -70,6 +71,10 @@ class ProcessGroup {
 
   // Host values (identity in a world of one).
   int64_t sum(int64_t value);
+  // The same sum, started now and read later: returns at once, and the returned function waits
+  // for the sum (timed by the watchdog, named `what`) and returns it. Other collectives may run
+  // while it is under way. Every rank starts them in the same order and reads each once.
+  std::function<int64_t()> start_sum(int64_t value, std::string what);
   std::vector<double> allgather(double value);
   // Returns when every rank has called it; `what` names it if it times out.
   void barrier(const char* what);
