@@ -9,9 +9,9 @@ status of the launcher (or the Job's pod). Prints every podman command it runs.
 As the kubelet would: each container's command and args verbatim (command replaces the image's
 entrypoint, args its CMD) and its environment; the pod's user and the container's security
 settings (dropped capabilities, no-new-privileges, non-root check); a PersistentVolumeClaim as a
-folder given by --claim (with subPath and readOnly), a ConfigMap or Secret as a read-only,
-root-owned folder laid out like the kubelet's (files behind ..data links), an in-memory emptyDir
-as tmpfs; the readiness probe (tcpSocket); the grace period on stop.
+folder given by --claim (with subPath, made when missing, and readOnly), a ConfigMap or Secret as
+a read-only, root-owned folder laid out like the kubelet's (files behind ..data links), an
+in-memory emptyDir as tmpfs; the readiness probe (tcpSocket); the grace period on stop.
 As the Kubeflow MPI Operator v0.8.2 would (pkg/controller/mpi_job_controller.go): the workers
 first, as <job>-worker-<i> with the DNS name <job>-worker-<i>.<job>.<namespace>.svc; the SSH
 Secret (an ECDSA P-521 key in PEM as id_rsa, the public key as id_rsa.pub and authorized_keys;
@@ -156,7 +156,11 @@ class Cluster:
                 if claim not in self.claims:
                     raise SystemExit(f"k8s-rehearse: no folder for claim {claim}. "
                                      f"Fix: --claim {claim}=DIR")
-                args += ["-v", f"{self.claims[claim] / mount.get('subPath', '')}:{path}{ro}"]
+                source = self.claims[claim] / mount.get("subPath", "")
+                # As the kubelet does, a subPath the volume lacks is made (empty) before the mount
+                # (/fsx/weights when no weights were imported).
+                source.mkdir(parents=True, exist_ok=True)
+                args += ["-v", f"{source}:{path}{ro}"]
             elif "configMap" in volume:
                 args += ["-v", f"{self.config_map(volume['configMap']['name'])}:{path}:ro"]
             elif volume.get("emptyDir", {}).get("medium") == "Memory":

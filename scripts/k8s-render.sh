@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Renders one of the Kubernetes targets in k8s/ to YAML on stdout, with this run's image, trainer
 # config and worker count substituted. Prints the commands it runs, and the kustomization it
-# writes, on stderr. scripts/k8s-apply.sh and scripts/k8s-delete.sh use it.
+# writes, on stderr. scripts/k8s-apply.sh and scripts/k8s-delete.sh use it. A training job is
+# first planned by the trainer (TRAIN, default build/train) at its world size: one that cannot
+# start is refused with exit 2 and the trainer's fix, before anything is applied.
 #
 # Usage: scripts/k8s-render.sh TARGET [--image IMAGE] [--config NAME|FILE] [--workers N] [--slots N]
 #                                      [--min-workers N] [--max-workers N]
@@ -11,8 +13,13 @@
 #                                             elastic PyTorchJob, torchrun (k8s/pytorchjob/...)
 #               one-node | smoke | stage-data batch/v1 Jobs (k8s/jobs/TARGET)
 #               tensorboard                   TensorBoard over /fsx/runs (k8s/tensorboard)
-#               fsx                           StorageClass + PVC (k8s/fsx); reads FSX_SUBNET_ID,
-#                                             FSX_SECURITY_GROUP_ID, FSX_S3_IMPORT_PATH
+#               fsx                           a new file system: StorageClass + PVC (k8s/fsx); reads
+#                                             FSX_SUBNET_ID, FSX_SECURITY_GROUP_ID,
+#                                             FSX_S3_IMPORT_PATH, FSX_S3_EXPORT_PATH (default: the
+#                                             import path's bucket)
+#               fsx-existing                  an existing file system: PV (Retain) + PVC
+#                                             (k8s/fsx-existing); reads FSX_FILE_SYSTEM_ID,
+#                                             FSX_DNS_NAME, FSX_MOUNT_NAME
 #   --image     the image to run (default: $IMAGE; unset leaves a REPLACE-ME placeholder)
 #   --config    configs/NAME.toml, or any FILE (default: the one the target's kustomization names)
 #   --workers   MPIJob or PyTorchJob workers (nodes); an MPIJob's -np becomes workers x slots
@@ -24,10 +31,10 @@
 # KUBECTL names the kubectl to use (default: kubectl); KUBECTL=kustomize uses a standalone kustomize.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-usage() { sed -n '6,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '8,31p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 # Every target; the tests render and check each one (tests/deploy), so a new one is checked too.
 targets=(p3.16xlarge p3dn.24xlarge pytorchjob-p3.16xlarge pytorchjob-p3dn.24xlarge one-node smoke
-  stage-data tensorboard fsx)
+  stage-data tensorboard fsx fsx-existing)
 
 target=${1:-}
 if [ -z "$target" ] || [ "$target" = --help ]; then usage; fi
@@ -55,7 +62,7 @@ case "$target" in
   p3.16xlarge | p3dn.24xlarge) dir=k8s/overlays/$target ;;
   pytorchjob-p3.16xlarge | pytorchjob-p3dn.24xlarge) dir=k8s/pytorchjob/${target#pytorchjob-} ;;
   one-node | smoke | stage-data) dir=k8s/jobs/$target ;;
-  tensorboard | fsx) dir=k8s/$target ;;
+  tensorboard | fsx | fsx-existing) dir=k8s/$target ;;
   *) echo "k8s-render: unknown target '$target'" >&2; usage ;;
 esac
 for option in workers slots min_workers max_workers; do
@@ -124,6 +131,11 @@ EOF
 fi
 
 if [ "$target" = fsx ]; then
+  # Exports go to the import bucket (FSx allows no other), by default to its root: /fsx/runs/RUN
+  # becomes s3://BUCKET/runs/RUN.
+  import_bucket=${FSX_S3_IMPORT_PATH:-s3://REPLACE-ME}
+  import_bucket=${import_bucket#s3://}
+  import_bucket=s3://${import_bucket%%/*}
   cat >>"$out/kustomization.yaml" <<EOF
 patches:
 - target:
@@ -139,6 +151,30 @@ patches:
     - op: replace
       path: /parameters/s3ImportPath
       value: ${FSX_S3_IMPORT_PATH:-s3://REPLACE-ME}
+    - op: replace
+      path: /parameters/s3ExportPath
+      value: ${FSX_S3_EXPORT_PATH:-$import_bucket}
+EOF
+fi
+
+if [ "$target" = fsx-existing ]; then
+  # The existing file system the volume names (aws fsx describe-file-systems: FileSystemId,
+  # DNSName, LustreConfiguration.MountName). Quoted: a mount name may be all digits.
+  cat >>"$out/kustomization.yaml" <<EOF
+patches:
+- target:
+    kind: PersistentVolume
+    name: fsx-pv
+  patch: |-
+    - op: replace
+      path: /spec/csi/volumeHandle
+      value: "${FSX_FILE_SYSTEM_ID:-fs-REPLACE-ME}"
+    - op: replace
+      path: /spec/csi/volumeAttributes/dnsname
+      value: "${FSX_DNS_NAME:-REPLACE-ME}"
+    - op: replace
+      path: /spec/csi/volumeAttributes/mountname
+      value: "${FSX_MOUNT_NAME:-REPLACE-ME}"
 EOF
 fi
 
@@ -224,4 +260,43 @@ EOF
 fi
 
 sed 's/^/  | /' "$out/kustomization.yaml" >&2
-kustomize_build "$out"
+rendered=$(kustomize_build "$out")
+
+# The run's plan at the world size the job starts with (an elastic job: at each of its bounds),
+# by the trainer itself: a job that cannot start is refused here, before anything is applied and
+# before any node is billed. TRAIN names the binary (default: build/train); without one the plan
+# is skipped, with a warning.
+plan_world_sizes() {
+  local value
+  case "$target" in
+    p3*) echo $(($(awk '/^    Worker:/ {w = 1} w && /^      replicas:/ {print $2; exit}' <<<"$rendered") *
+      $(awk '/^  slotsPerWorker:/ {print $2; exit}' <<<"$rendered"))) ;;
+    pytorchjob-*)
+      value() { awk -v key="$1:" '$1 == key {gsub(/"/, "", $2); print $2; exit}' <<<"$rendered"; }
+      local per_pod
+      per_pod=$(value nprocPerNode)
+      printf '%s\n' $(($(value minReplicas) * per_pod)) $(($(value replicas) * per_pod)) \
+        $(($(value maxReplicas) * per_pod)) | sort -nu ;;
+    one-node) awk '$1 == "-" && $2 == "-np" {getline; gsub(/"/, "", $2); print $2; exit}' <<<"$rendered" ;;
+  esac
+}
+train=${TRAIN:-$root/build/train}
+sizes=$(plan_world_sizes)
+if [ -n "$sizes" ] && [ ! -x "$train" ]; then
+  echo "k8s-render: WARNING: no $train to check the run's plan; build it (scripts/build.sh) or" \
+    "set TRAIN, so that a job that cannot start is refused before it is applied" >&2
+elif [ -n "$sizes" ]; then
+  # The trainer config as the job's ConfigMap holds it.
+  awk '/^  trainer.toml: \|/ {grab = 1; next}
+       grab && /^    / {sub(/^    /, ""); print; next}
+       grab && !/^ *$/ {exit}
+       grab {print}' <<<"$rendered" >"$out/planned.toml"
+  for n in $sizes; do
+    echo "+ $train --config $out/planned.toml --plan_world_size $n" >&2
+    if ! "$train" --config "$out/planned.toml" --plan_world_size "$n" >&2; then
+      echo "k8s-render: the job cannot start at $n ranks (above); nothing rendered" >&2
+      exit 2
+    fi
+  done
+fi
+printf '%s\n' "$rendered"

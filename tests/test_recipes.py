@@ -3,6 +3,7 @@ two steps on the CPU with every setting it makes kept in the resolved config.tom
 ResNet-18 on a tiny TFRecord set, its techniques left on), and renders into the P3 and P3dn
 MPIJobs' trainer ConfigMap unchanged."""
 import math
+import re
 import os
 import shutil
 import subprocess
@@ -125,3 +126,34 @@ def test_recipe_renders_into_the_trainer_config_map(recipe, target, kubectl):
     assert len(config_maps) == 1
     assert config_maps[0]["data"]["trainer.toml"] == recipe.read_text()
     assert [d["kind"] for d in docs].count("MPIJob") == 1
+
+
+@pytest.mark.parametrize("workers", [1, 20])
+@pytest.mark.parametrize("target", MPIJOB_TARGETS)
+def test_a_recipe_renders_from_one_node_to_twenty(target, workers, kubectl):
+    """k8s-render.sh plans the job at workers x 8 ranks with the trainer: FFCV's 4,096 images a
+    step are 2 micro-batches of 256 per GPU on one node, 1 of 25 (the nearest below) on 20."""
+    recipe = ROOT / "configs" / "recipes" / "ffcv-24-epochs.toml"
+    proc = subprocess.run([ROOT / "scripts" / "k8s-render.sh", target, "--config", recipe,
+                           "--workers", str(workers)], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "KUBECTL": kubectl})
+    assert proc.returncode == 0, proc.stderr
+    assert f"plan for {workers * 8} rank(s)" in proc.stderr, proc.stderr
+    micro = 256 if workers == 1 else 4096 // (workers * 8)
+    assert re.search(rf"micro-batch per GPU\s+{micro} images", proc.stderr), proc.stderr
+    assert "kind: MPIJob" in proc.stdout
+
+
+def test_a_job_that_cannot_start_is_refused_before_anything_renders(kubectl, tmp_path):
+    """One image per GPU at 32 px cannot train batch norm: refused at 16 ranks, with the
+    trainer's fix, and nothing on stdout for kubectl apply to take."""
+    config = tmp_path / "tiny.toml"
+    text = (ROOT / "configs" / "p3.16xlarge.toml").read_text()
+    config.write_text(re.sub(r"(?m)^image_size = \d+$", "image_size = 32", text) +
+                      "\nglobal_batch = 16\n")
+    proc = subprocess.run([ROOT / "scripts" / "k8s-render.sh", "p3.16xlarge", "--config",
+                           config], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "KUBECTL": kubectl})
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    assert "cannot start at 16 ranks" in proc.stderr and "global_batch" in proc.stderr

@@ -155,3 +155,47 @@ def test_apply_applies_fsx_with_real_looking_values(cluster, monkeypatch):
     assert code == 0, err
     assert calls == [f"kubectl apply -f {ROOT / 'build' / 'k8s' / 'fsx.yaml'}"]
     assert "subnetId: subnet-0a1b2c3d" in (ROOT / "build" / "k8s" / "fsx.yaml").read_text()
+
+
+EXISTING = {"FSX_FILE_SYSTEM_ID": "fs-0a1b2c3d4e5f60718",
+            "FSX_DNS_NAME": "fs-0a1b2c3d4e5f60718.fsx.us-west-2.amazonaws.com",
+            "FSX_MOUNT_NAME": "2p3bxbmv"}
+
+
+def test_apply_refuses_an_existing_file_system_left_unnamed(cluster):
+    code, err, calls = cluster("k8s-apply.sh", "fsx-existing")
+    assert code == 1 and "still has placeholders" in err and "FSX_FILE_SYSTEM_ID" in err
+    assert calls == []
+
+
+@pytest.mark.parametrize("variable,value", [("FSX_FILE_SYSTEM_ID", "None"),
+                                            ("FSX_DNS_NAME", "None"),
+                                            ("FSX_MOUNT_NAME", "None"),
+                                            ("FSX_FILE_SYSTEM_ID", "subnet-0a1b2c3d")])
+def test_apply_refuses_an_existing_file_system_value_that_a_failed_lookup_left(
+        cluster, monkeypatch, variable, value):
+    for name, v in {**EXISTING, variable: value}.items():
+        monkeypatch.setenv(name, v)
+    code, err, calls = cluster("k8s-apply.sh", "fsx-existing")
+    assert code == 1 and f"{variable}='{value}'" in err and calls == []
+
+
+def test_apply_applies_an_existing_file_system(cluster, monkeypatch):
+    for name, v in EXISTING.items():
+        monkeypatch.setenv(name, v)
+    code, err, calls = cluster("k8s-apply.sh", "fsx-existing")
+    assert code == 0, err
+    manifest = ROOT / "build" / "k8s" / "fsx-existing.yaml"
+    assert calls == [f"kubectl apply -f {manifest}"]
+    assert f"volumeHandle: {EXISTING['FSX_FILE_SYSTEM_ID']}" in manifest.read_text()
+
+
+def test_apply_refuses_an_export_path_outside_the_import_bucket(cluster, monkeypatch):
+    # FSx exports only to the bucket it imports from; applied, the claim would stay Pending with
+    # the error in the CSI controller's log alone.
+    for name, v in {"FSX_SUBNET_ID": "subnet-0a1b2c3d", "FSX_SECURITY_GROUP_ID": "sg-0a1b2c3d",
+                    "FSX_S3_IMPORT_PATH": "s3://my-bucket",
+                    "FSX_S3_EXPORT_PATH": "s3://other-bucket/runs"}.items():
+        monkeypatch.setenv(name, v)
+    code, err, calls = cluster("k8s-apply.sh", "fsx")
+    assert code == 1 and "is not in the bucket of FSX_S3_IMPORT_PATH" in err and calls == []

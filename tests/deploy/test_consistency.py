@@ -239,7 +239,17 @@ def test_config_paths_sit_under_the_mounted_volumes(target, rendered):
 
 @pytest.mark.parametrize("target", MPIJOB_TARGETS + PYTORCHJOB_TARGETS + ["one-node"])
 def test_training_resumes_from_the_newest_checkpoint(target, rendered):
-    assert effective_config(target, rendered(target)).get("resume") == "auto"
+    # train's default is auto: a config that sets no resume resumes too.
+    assert effective_config(target, rendered(target)).get("resume", "auto") == "auto"
+
+
+@pytest.mark.parametrize("target", TRAINING)
+def test_no_command_passes_resume(target, rendered):
+    # A flag wins over the config file: `--resume` here would silently override the config's
+    # `resume = FILE`. Without it the config's value holds, and its default (auto) resumes.
+    command = train_command(target, rendered(target))
+    assert not any(w == "--resume" or w.startswith("--resume=") for w in command), (
+        f"{target} passes resume on the command line: {command}")
 
 
 def image_scripts():
@@ -283,3 +293,80 @@ def test_image_entrypoint_and_default_command_are_built():
     # The programs the entrypoint falls back to (`set -- train ...`) are built too.
     defaults = re.findall(r"set -- ([\w-]+) ", (ROOT / "docker" / "entrypoint.sh").read_text())
     assert defaults and set(defaults) <= built
+
+
+# --- the file system: a new one (fsx) or an existing one (fsx-existing), and what the pods see --
+
+EXISTING = {"FSX_FILE_SYSTEM_ID": "fs-0123456789abcdef0",
+            "FSX_DNS_NAME": "fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com",
+            # All digits, as a mount name may be: it must stay a string.
+            "FSX_MOUNT_NAME": "20480512"}
+
+
+def test_an_existing_file_system_is_kept_and_the_claim_binds_to_it(render):
+    docs = render("fsx-existing", env=EXISTING)
+    volume, claim = the(docs, "PersistentVolume"), the(docs, "PersistentVolumeClaim")
+    # Static provisioning as the FSx CSI driver documents it, and Retain: nothing that deletes the
+    # claim or the volume object deletes the file system.
+    assert volume["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+    assert volume["spec"]["csi"] == {
+        "driver": "fsx.csi.aws.com", "volumeHandle": EXISTING["FSX_FILE_SYSTEM_ID"],
+        "volumeAttributes": {"dnsname": EXISTING["FSX_DNS_NAME"],
+                             "mountname": EXISTING["FSX_MOUNT_NAME"]}}
+    # The claim every pod mounts, bound to this volume by name, with no StorageClass that could
+    # provision another file system for it.
+    assert claim["metadata"]["name"] == "fsx-claim"
+    assert claim["spec"]["volumeName"] == volume["metadata"]["name"]
+    assert claim["spec"]["storageClassName"] == volume["spec"]["storageClassName"] == ""
+    assert claim["spec"]["accessModes"] == volume["spec"]["accessModes"] == ["ReadWriteMany"]
+    requested = claim["spec"]["resources"]["requests"]["storage"]
+    assert requested == volume["spec"]["capacity"]["storage"]
+    # The same claim name and mount options as the file system the fsx target makes.
+    new = render("fsx")
+    assert the(new, "PersistentVolumeClaim")["metadata"]["name"] == "fsx-claim"
+    assert volume["spec"]["mountOptions"] == the(new, "StorageClass")["mountOptions"]
+
+
+def test_an_existing_file_system_unset_renders_placeholders(rendered):
+    volume = the(rendered("fsx-existing"), "PersistentVolume")
+    assert "REPLACE-ME" in volume["spec"]["csi"]["volumeHandle"]
+    assert set(volume["spec"]["csi"]["volumeAttributes"].values()) == {"REPLACE-ME"}
+
+
+@pytest.mark.parametrize("env,exported_to", [
+    ({"FSX_S3_IMPORT_PATH": "s3://my-bucket"}, "s3://my-bucket"),
+    ({"FSX_S3_IMPORT_PATH": "s3://my-bucket/imagenet-2012"}, "s3://my-bucket"),
+    ({"FSX_S3_IMPORT_PATH": "s3://my-bucket", "FSX_S3_EXPORT_PATH": "s3://my-bucket/exports"},
+     "s3://my-bucket/exports"),
+])
+def test_a_new_file_system_is_scratch_that_exports_to_its_import_bucket(render, env,
+                                                                         exported_to):
+    # Deleting the claim deletes the file system: what is kept must go to S3, and FSx exports
+    # only to the bucket it imports from (by default its root: /fsx/runs/RUN -> s3://B/runs/RUN).
+    storage_class = the(render("fsx", env=env), "StorageClass")
+    assert storage_class["reclaimPolicy"] == "Delete"
+    assert storage_class["parameters"]["deploymentType"] == "SCRATCH_2"
+    assert storage_class["parameters"]["s3ImportPath"] == env["FSX_S3_IMPORT_PATH"]
+    assert storage_class["parameters"]["s3ExportPath"] == exported_to
+
+
+def pretrained_paths():
+    """The /fsx/weights files docs/pretrained.md passes to init_weights."""
+    paths = set(re.findall(r"/fsx/weights/[\w.-]+", (ROOT / "docs" / "pretrained.md").read_text()))
+    assert paths, "docs/pretrained.md names no file under /fsx/weights"
+    return paths
+
+
+@pytest.mark.parametrize("target", TRAINING)
+def test_weights_are_mounted_where_the_docs_put_them(target, rendered):
+    # init_weights reads /fsx/weights/... in docs/pretrained.md: every pod where train runs sees
+    # that folder, read-only, from the claim's weights/ (the bucket's weights/ prefix).
+    for pod, c in train_pods(target, rendered(target)):
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        mounts = [m for m in c["volumeMounts"] if m["mountPath"] == "/fsx/weights"]
+        assert len(mounts) == 1, f"{target}: {c['name']} does not mount /fsx/weights"
+        mount, = mounts
+        assert volumes[mount["name"]]["persistentVolumeClaim"]["claimName"] == "fsx-claim"
+        assert mount.get("subPath") == "weights" and mount.get("readOnly") is True
+        for path in pretrained_paths():
+            assert under(path, mount["mountPath"])

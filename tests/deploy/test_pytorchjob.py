@@ -80,11 +80,12 @@ def test_the_operator_finds_what_it_needs(target, rendered):
     # this name; without them it cannot point PET_RDZV_ENDPOINT anywhere.
     assert container["name"] == "pytorch"
     assert [p["name"] for p in container["ports"]] == ["pytorchjob-port"]
-    # One rank per GPU, torchrun running train itself, resumed from the newest checkpoint.
+    # One rank per GPU, torchrun running train itself with the config alone: a flag would
+    # override the config's keys (resume among them).
     assert int(spec["nprocPerNode"]) == int(container["resources"]["limits"]["nvidia.com/gpu"]) == 8
     words = container["command"] + container["args"]
     assert words[:3] == [BIN + "entrypoint", "torchrun", "--no-python"]
-    assert words[3] == BIN + "train" and words[-2:] == ["--resume", "auto"]
+    assert words[3:] == [BIN + "train", "--config", "/etc/resnet-trainer/trainer.toml"]
     assert pod["nodeSelector"]["node.kubernetes.io/instance-type"] == target.split("-", 1)[1]
 
 
@@ -344,7 +345,7 @@ def test_a_pod_added_mid_run_joins_and_the_two_finish(render, tmp_path):
     assert out.index("world: 1 rank(s)") < out.index("world: 2 rank(s)"), out
     assert "resized: world size 1 -> 2, global batch 8 -> 16" in out, out
     # A change of members is not a failure: torchrun's restart count stays 0, and the run goes
-    # on from the checkpoint the stopped rank wrote (--resume auto), not an older one.
+    # on from the checkpoint the stopped rank wrote (the newest), not an older one.
     stopped = re.search(r"signal 15 received: checkpointing at step (\d+)", out)
     resumed = re.search(r"resumed from \S+: epoch \d+, image \d+ of 96, step (\d+)", out)
     assert stopped and resumed and stopped[1] == resumed[1], out
