@@ -106,8 +106,7 @@ EvalResult run_eval(Trainer& trainer, BatchSource& val, int64_t epoch, int64_t s
 // every rank reads the same sums in the same order, so all stop at the same step: the one after
 // the signal's, or the one after that. A run that ends reads the last sum it started.
 
-// Rank 0, where TensorBoard is on// Rank 0, where TensorBoard is on: `count` images of `batch` as
-// the model sees them.
+// Rank 0, where TensorBoard is on: `count` images of `batch` as the model sees them.
 void write_preview(Trainer& trainer, const Batch& batch, const std::string& tag, int64_t step,
                    MetricsLog& metrics) {
   TensorBoardWriter* tensorboard = metrics.tensorboard();

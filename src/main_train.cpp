@@ -92,6 +92,22 @@ void configure_process(const ProcessGroup& group, const Environment& env) {
         static_cast<int>(std::max(1u, std::thread::hardware_concurrency() / group.local_size())));
 }
 
+// Joins the job the launcher started, and validates `config` once, at its world size (filled in
+// with what else the launcher says of the run).
+std::unique_ptr<ProcessGroup> join_job(Config& config, const Environment& env) {
+  // Before validation: the process group needs only the collective timeout, checked here.
+  USER_CHECK(config.collective_timeout_s > 0,
+             "config key 'collective_timeout_s' = ", config.collective_timeout_s,
+             " is invalid: must be > 0 seconds");
+  auto group =
+      std::make_unique<ProcessGroup>(env, std::chrono::seconds(config.collective_timeout_s));
+  config.world_size = group->size();
+  config.restart_count = env.torchrun.restart_count;
+  config.elastic = env.launcher == Launcher::kTorchrun;
+  validate_config(config);
+  return group;
+}
+
 int run(int argc, char** argv, std::unique_ptr<ProcessGroup>& group) {
   std::optional<CommandLine> line = parse_command_line(argc, argv);
   if (!line) return 0;  // --help
@@ -101,15 +117,7 @@ int run(int argc, char** argv, std::unique_ptr<ProcessGroup>& group) {
   }
   Config config = line->config;
   const Environment env = read_environment();
-  // Before validation: the process group needs only the collective timeout, checked here.
-  USER_CHECK(config.collective_timeout_s > 0,
-             "config key 'collective_timeout_s' = ", config.collective_timeout_s,
-             " is invalid: must be > 0 seconds");
-  group = std::make_unique<ProcessGroup>(env, std::chrono::seconds(config.collective_timeout_s));
-  config.world_size = group->size();
-  config.restart_count = env.torchrun.restart_count;
-  config.elastic = env.launcher == Launcher::kTorchrun;
-  validate_config(config);  // once, at the launcher's world size
+  group = join_job(config, env);
   configure_process(*group, env);
   const c10::Device device = select_device(config.device, group->local_rank());
   check_device_supports(config, device, group->launched());
