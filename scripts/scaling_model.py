@@ -11,9 +11,18 @@ as the trainer did before), fill in that order and are all-reduced one after ano
 own stream as soon as they are full. Communication that ends after backward is exposed; the
 rest is hidden.
 
+With --input, the input instead: the JPEG bytes per second the GPUs read at that rate, and what
+serves them. FSx for Lustre gives throughput per TiB of storage (SCRATCH_2: 200 MB/s baseline,
+bursting to 1,300; PERSISTENT_2: 125 to 1,000 MB/s by choice); each node's page cache keeps what
+it read (ImageNet's ~140 GB fits a P3's 488 GB of memory). Each epoch deals every rank a new random
+share of the images (Note [Elastic epoch order]), so a node has read a share 1 - (1 - 1/nodes)^k
+of the dataset after k epochs, and epoch k + 1 reads the rest of its share from the file system.
+
   python3 scripts/scaling_model.py                      # the table in docs/BENCHMARKS.md
   python3 scripts/scaling_model.py --gpu-images-per-s 1300 --bucket-mb 64
+  python3 scripts/scaling_model.py --input --gpu-images-per-s 1300   # docs/eks.md's sizing table
 """
+import math
 import argparse
 
 import torch
@@ -93,6 +102,39 @@ def exposed_communication(layers, backward_s, ends, element_bytes, busbw_bytes, 
     return max(0.0, comm_end - backward_s), total_comm
 
 
+IMAGENET_TRAIN_IMAGES = 1281167
+SCRATCH2_MBPS_PER_TIB = (200, 1300)  # baseline, burst
+PERSISTENT2_MBPS_PER_TIB = 1000  # the highest of 125 / 250 / 500 / 1000
+
+
+def scratch2_tib(mb_per_s):
+    """SCRATCH_2 capacity (1.2 TiB, or a multiple of 2.4 TiB) whose baseline gives `mb_per_s`."""
+    tib = mb_per_s / SCRATCH2_MBPS_PER_TIB[0]
+    return 1.2 if tib <= 1.2 else 2.4 * math.ceil(tib / 2.4)
+
+
+def input_table(args):
+    """What the GPUs read, per node count, and the file system or cache that serves it."""
+    print(f"One V100 {args.gpu_images_per_s:.0f} images/s; {args.image_kb:g} KB per JPEG "
+          f"(ImageNet-1k's mean: ~140 GB in {IMAGENET_TRAIN_IMAGES:,} images); "
+          f"{args.epochs} epochs\n")
+    print("| nodes | GPUs | images/s | JPEGs read GB/s | epoch s | SCRATCH_2 TiB at baseline | "
+          "PERSISTENT_2 (1,000 MB/s/TiB) TiB | with the page cache: epoch 2, 10 GB/s; "
+          "mean over the run |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for nodes in (1, 2, 8, 20):
+        gpus = nodes * GPUS_PER_NODE
+        rate = gpus * args.gpu_images_per_s
+        read = rate * args.image_kb * 1e3 / 1e9  # GB/s
+        epoch_s = IMAGENET_TRAIN_IMAGES / rate
+        # Epoch k reads (1 - 1/nodes)^(k - 1) of its images from the file system.
+        left = [(1 - 1 / nodes) ** (k - 1) for k in range(1, args.epochs + 1)]
+        mean = read * sum(left) / len(left)
+        print(f"| {nodes} | {gpus} | {rate:,.0f} | {read:.1f} | {epoch_s:.0f} | "
+              f"{scratch2_tib(read * 1e3):g} | {math.ceil(read * 1e3 / PERSISTENT2_MBPS_PER_TIB)} "
+              f"| {read * left[1]:.1f}, {read * left[9]:.1f}; {mean:.1f} |")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--gpu-images-per-s", type=float, default=1200.0,
@@ -103,7 +145,13 @@ def main():
     p.add_argument("--bucket-mb", type=float, default=25.0)
     p.add_argument("--last-bucket-mb", type=float, default=1.0,
                    help="cap of the input-most bucket; 0: buckets cut from the classifier side")
+    p.add_argument("--input", action="store_true", help="the input's read rate instead")
+    p.add_argument("--image-kb", type=float, default=110.0, help="mean JPEG size, KB")
+    p.add_argument("--epochs", type=int, default=90)
     args = p.parse_args()
+    if args.input:
+        input_table(args)
+        return
 
     layers = layer_profile()
     params = sum(n for n, _ in layers)
