@@ -102,6 +102,11 @@ kustomize_build() {
     "$kubectl" kustomize --load-restrictor LoadRestrictionsNone "$1"
   fi
 }
+# Values of the target as rendered (in $rendered): an MPIJob's workers and slots per worker, and
+# the first value of a key anywhere (a PyTorchJob's replicas, nprocPerNode, minReplicas, ...).
+mpijob_workers() { awk '/^    Worker:/ {w = 1} w && /^      replicas:/ {print $2; exit}' <<<"$rendered"; }
+mpijob_slots() { awk '/^  slotsPerWorker:/ {print $2; exit}' <<<"$rendered"; }
+rendered_value() { awk -v key="$1:" '$1 == key {gsub(/"/, "", $2); print $2; exit}' <<<"$rendered"; }
 
 {
   echo "# Written by scripts/k8s-render.sh $target: $dir with this run's settings."
@@ -182,8 +187,8 @@ gpus=/resources/limits/nvidia.com~1gpu
 if [[ "$target" == p3* ]] && [ -n "$workers$slots" ]; then
   # -np must equal workers x slotsPerWorker: what is not given comes from the target as rendered.
   rendered=$(kustomize_build "$out")
-  [ -n "$workers" ] || workers=$(awk '/^    Worker:/ {w = 1} w && /^      replicas:/ {print $2; exit}' <<<"$rendered")
-  [ -n "$slots" ] || slots=$(awk '/^  slotsPerWorker:/ {print $2; exit}' <<<"$rendered")
+  [ -n "$workers" ] || workers=$(mpijob_workers)
+  [ -n "$slots" ] || slots=$(mpijob_slots)
   cat >>"$out/kustomization.yaml" <<EOF
 patches:
 - target:
@@ -209,7 +214,6 @@ EOF
 elif [[ "$target" == pytorchjob-* ]] && [ -n "$workers$slots$min_workers$max_workers" ]; then
   # What is not given comes from the target as rendered; the workers must lie within the bounds.
   rendered=$(kustomize_build "$out")
-  rendered_value() { awk -v key="$1:" '$1 == key {gsub(/"/, "", $2); print $2; exit}' <<<"$rendered"; }
   [ -n "$workers" ] || workers=$(rendered_value replicas)
   [ -n "$slots" ] || slots=$(rendered_value nprocPerNode)
   [ -n "$min_workers" ] || min_workers=$(rendered_value minReplicas)
@@ -267,16 +271,14 @@ rendered=$(kustomize_build "$out")
 # before any node is billed. TRAIN names the binary (default: build/train); without one the plan
 # is skipped, with a warning.
 plan_world_sizes() {
-  local value
+  local per_pod
   case "$target" in
-    p3*) echo $(($(awk '/^    Worker:/ {w = 1} w && /^      replicas:/ {print $2; exit}' <<<"$rendered") *
-      $(awk '/^  slotsPerWorker:/ {print $2; exit}' <<<"$rendered"))) ;;
+    p3*) echo $(($(mpijob_workers) * $(mpijob_slots))) ;;
     pytorchjob-*)
-      value() { awk -v key="$1:" '$1 == key {gsub(/"/, "", $2); print $2; exit}' <<<"$rendered"; }
-      local per_pod
-      per_pod=$(value nprocPerNode)
-      printf '%s\n' $(($(value minReplicas) * per_pod)) $(($(value replicas) * per_pod)) \
-        $(($(value maxReplicas) * per_pod)) | sort -nu ;;
+      per_pod=$(rendered_value nprocPerNode)
+      printf '%s\n' $(($(rendered_value minReplicas) * per_pod)) \
+        $(($(rendered_value replicas) * per_pod)) $(($(rendered_value maxReplicas) * per_pod)) |
+        sort -nu ;;
     one-node) awk '$1 == "-" && $2 == "-np" {getline; gsub(/"/, "", $2); print $2; exit}' <<<"$rendered" ;;
   esac
 }

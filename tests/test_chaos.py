@@ -339,6 +339,17 @@ def log_time(line):
     return datetime.datetime.strptime(LOG_TIME.match(line)[0], "[%Y-%m-%d %H:%M:%S.%f]").timestamp()
 
 
+def traced_step(trace):
+    """The highest step index any rank has traced in the folder `trace` (-1 before the first)."""
+    best = -1
+    for path in trace.glob("rank-*.txt"):
+        for line in path.read_text().splitlines()[-3:]:
+            fields = line.split()
+            if len(fields) >= 2 and line.endswith(tuple("0123456789")):
+                best = max(best, int(fields[1]))
+    return best
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -540,14 +551,7 @@ class Run:
         return settings
 
     def progress(self):
-        """The highest step index any rank has traced (-1 before the first)."""
-        best = -1
-        for path in self.trace.glob("rank-*.txt"):
-            for line in path.read_text().splitlines()[-3:]:
-                fields = line.split()
-                if len(fields) >= 2 and line.endswith(tuple("0123456789")):
-                    best = max(best, int(fields[1]))
-        return best
+        return traced_step(self.trace)
 
     def wait_step(self, job, step, what, timeout=START_S, procs=None):
         """Waits until some rank has traced `step`; returns False if the job ended first

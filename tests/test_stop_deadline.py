@@ -20,7 +20,8 @@ import time
 import pytest
 
 from test_chaos import (BIN, MPI_ENV, TORCHRUN, bins, free_port, kill_tree,  # noqa: F401
-                        log_time, operator_env, pytorchjob, toml, worker_container)
+                        log_time, operator_env, pytorchjob, toml, traced_step,
+                        worker_container)
 
 SIGKILL_TIMEOUT_S = 20  # the MPIJob's odls_base_sigkill_timeout (k8s/base/mpijob.yaml)
 LOG_EVERY = 500  # slower than the shipped configs' 100: a long run's log interval
@@ -40,17 +41,6 @@ def settings(out):
     }
 
 
-def progress(trace):
-    """The highest step index any rank has traced (-1 before the first)."""
-    best = -1
-    for path in trace.glob("rank-*.txt"):
-        for line in path.read_text().splitlines()[-3:]:
-            fields = line.split()
-            if len(fields) >= 2 and fields[1].isdigit():
-                best = max(best, int(fields[1]))
-    return best
-
-
 class Timeline:
     """When each step index was first traced, polled while the job runs."""
 
@@ -58,7 +48,7 @@ class Timeline:
         self.trace, self.seen = trace, {}
 
     def poll(self):
-        at = progress(self.trace)
+        at = traced_step(self.trace)
         self.seen.setdefault(at, time.time())
         return at
 
