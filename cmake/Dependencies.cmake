@@ -11,6 +11,10 @@ find_package(OpenCV REQUIRED COMPONENTS core imgproc imgcodecs)
 find_package(CLI11 CONFIG REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(Threads REQUIRED)
+find_package(ZLIB REQUIRED)  # the ImageNet devkit's .tar.gz
+# MATLAB files (the ImageNet devkit's meta.mat): libmatio, through its pkg-config file.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(MATIO REQUIRED IMPORTED_TARGET matio)
 
 # LibTorch ships no imported target of its own; wrap its variables in one.
 # The `torch` wheel's libraries export their own static copy of std::filesystem, and calls that

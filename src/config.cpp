@@ -91,7 +91,10 @@ void add_options(CLI::App& app, Config& c) {
   // Data: TFRecord input pipeline.
   add("Data", "train_data", c.train_data, "tfrecord: training files, glob or directory");
   add("Data", "val_data", c.val_data, "tfrecord: validation files, glob or directory");
-  add("Data", "label_offset", c.label_offset, "tfrecord: subtracted from labels (1; 0 keeps)");
+  add_choice("Data", "record_layout", c.record_layout,
+             "tfrecord: auto (from the first record) | tensorflow | tfds");
+  add("Data", "label_offset", c.label_offset,
+      "tfrecord: subtracted from labels; -1: the layout's (tensorflow 1, tfds 0)");
   add_choice("Data", "bad_record_policy", c.bad_record_policy, "tfrecord: skip | fail");
   add("Data", "max_bad_fraction", c.max_bad_fraction, "tfrecord: skip at most this fraction");
   add("Data", "reader_threads", c.reader_threads, "tfrecord: file reader threads per rank");
@@ -99,6 +102,8 @@ void add_options(CLI::App& app, Config& c) {
   add("Data", "prefetch_batches", c.prefetch_batches, "tfrecord: batches decoded ahead");
   add("Data", "shuffle_buffer", c.shuffle_buffer, "tfrecord: shuffle buffer, records");
   add("Data", "index_cache_dir", c.index_cache_dir, "tfrecord: index files for read-only data");
+  add("Data", "class_names_file", c.class_names_file,
+      "class names, one 'WNID words' per line; \"\": synsets.txt beside the data");
   add("Data", "val_resize", c.val_resize, "tfrecord: eval shorter side before centre crop");
   add_choice("Augmentation", "auto_augment", c.auto_augment,
              "tfrecord training: none | trivialaugment_wide | randaugment | autoaugment_imagenet");

@@ -20,7 +20,7 @@ namespace trainer {
 
 // The keys that take one of a few values, each parsed once from its name (the names the config
 // file, --help and config.toml use: choice_names in src/config.cpp). The parts' own choices
-// (loss, optimizer, LR schedule, augmentation policy) are declared with the parts.
+// (loss, optimizer, LR schedule, augmentation policy, record layout) are declared with the parts.
 enum class Arch { kResNet18, kResNet34, kResNet50, kResNet101, kResNet152 };
 enum class Trainable { kAll, kClassifier };  // classifier: a linear probe
 enum class DeviceChoice { kAuto, kCuda, kCpu };
@@ -66,9 +66,13 @@ struct Config {
   int64_t generated_val_images = 500;     // generated source: held-out images
 
   // Data: TFRecord input pipeline (data_source = "tfrecord"; data/sources/tfrecord_source.h).
-  std::string train_data;    // glob or directory of training TFRecords (train-*)
-  std::string val_data;      // glob or directory of validation TFRecords; "" = none
-  int64_t label_offset = 1;  // subtracted from stored labels: 1..1000 -> 0..999; 0 keeps
+  std::string train_data;  // glob or directory of training TFRecords (train-*)
+  std::string val_data;    // glob or directory of validation TFRecords; "" = none
+  // Which features hold the image and label: auto (from each split's first record) | tensorflow
+  // (image/encoded, image/class/label) | tfds (TensorFlow Datasets: image, label).
+  RecordLayout record_layout = RecordLayout::kAuto;
+  // Subtracted from stored labels; -1: the layout's (tensorflow: 1, 1..1000 -> 0..999; tfds: 0).
+  int64_t label_offset = -1;
   BadRecordPolicy bad_record_policy = BadRecordPolicy::kSkip;  // skip (log, count, drop) | fail
   double max_bad_fraction = 0.001;  // skip: stop when more of an epoch's records are bad
   int64_t reader_threads = 2;       // file reader threads per rank
@@ -77,6 +81,10 @@ struct Config {
   int64_t prefetch_batches = TFRecordSourceOptions{}.prefetch_batches;
   int64_t shuffle_buffer = 1024;  // records mixed across read blocks (training)
   std::string index_cache_dir = "/tmp/resnet-trainer-index";  // index files when data is read-only
+  // The classes' names in label order (data/datasets/class_names.h), kept in checkpoints and
+  // checked against them; "": synsets.txt, else label.labels.txt, beside train_data's files, else
+  // beside val_data's (src/data_classes.h).
+  std::string class_names_file;
   int64_t val_resize = 256;  // evaluation: shorter side before the centre crop
   // Augmentation of each training crop after the crop and flip, in the decode threads, as
   // torchvision.transforms.v2 (data/transforms/augment_policy.h; docs/training.md). Evaluation
@@ -202,6 +210,7 @@ const std::vector<ChoiceName<DeviceChoice>>& choice_names(DeviceChoice);
 const std::vector<ChoiceName<Precision>>& choice_names(Precision);
 const std::vector<ChoiceName<DataSource>>& choice_names(DataSource);
 const std::vector<ChoiceName<BadRecordPolicy>>& choice_names(BadRecordPolicy);
+const std::vector<ChoiceName<RecordLayout>>& choice_names(RecordLayout);
 const std::vector<ChoiceName<AutoAugmentPolicy>>& choice_names(AutoAugmentPolicy);
 const std::vector<ChoiceName<LossKind>>& choice_names(LossKind);
 const std::vector<ChoiceName<OptimizerKind>>& choice_names(OptimizerKind);

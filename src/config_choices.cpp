@@ -38,6 +38,14 @@ const std::vector<ChoiceName<BadRecordPolicy>>& choice_names(BadRecordPolicy) {
                                                                  {BadRecordPolicy::kFail, "fail"}};
   return names;
 }
+const std::vector<ChoiceName<RecordLayout>>& choice_names(RecordLayout) {
+  // The data layer's names, which the tools' --record-layout takes too.
+  static const std::vector<ChoiceName<RecordLayout>> names = {
+      {RecordLayout::kAuto, layout_name(RecordLayout::kAuto)},
+      {RecordLayout::kTensorflow, layout_name(RecordLayout::kTensorflow)},
+      {RecordLayout::kTfds, layout_name(RecordLayout::kTfds)}};
+  return names;
+}
 const std::vector<ChoiceName<AutoAugmentPolicy>>& choice_names(AutoAugmentPolicy) {
   static const std::vector<ChoiceName<AutoAugmentPolicy>> names = {
       {AutoAugmentPolicy::kNone, "none"},

@@ -122,7 +122,8 @@ void validate_tfrecord_input(const Config& c) {
     else
       check(!c.train_data.empty(), "train_data", "''",
             "data_source = tfrecord needs the training files, e.g. /fsx/imagenet/train-*");
-    check(c.label_offset >= 0, "label_offset", c.label_offset, "must be >= 0");
+    check(c.label_offset >= -1, "label_offset", c.label_offset,
+          "must be >= 0, or -1: the record layout's (tensorflow 1, tfds 0)");
     check(c.max_bad_fraction >= 0 && c.max_bad_fraction <= 1, "max_bad_fraction",
           c.max_bad_fraction, "must be in [0, 1]");
     check(c.reader_threads >= 1 && c.reader_threads <= 64, "reader_threads", c.reader_threads,

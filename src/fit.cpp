@@ -13,11 +13,13 @@
 #include "base/stop_signal.h"
 #include "data/sources/step_shares.h"
 #include "src/part_options.h"
+#include "src/report/class_accuracy.h"
 #include "src/report/input_preview.h"
 #include "src/report/interval_log.h"
 #include "src/report/process_stats.h"
 #include "src/run_start.h"
 #include "src/sources.h"
+#include "src/state/class_match.h"
 #include "src/state/weights.h"
 #include "src/train/lr_schedule.h"
 
@@ -26,6 +28,9 @@ namespace fs = std::filesystem;
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Classes with the lowest top-1 that evaluate_only logs.
+constexpr size_t kWorstClassesLogged = 5;
 
 // After the run's first step (collective): how long it took from launch, on the slowest rank, and
 // what the ranks read to get there. `loss`: the step's, read so that the time includes the device.
@@ -352,11 +357,20 @@ EvalResult evaluate_only(Trainer& trainer, const Config& config, BatchSource& va
   check_variant(file, config.blurpool, key, /*strict=*/true);
   trainer.load_weights(file.tensors, key + " = '" + path.string() + "'",
                        /*keep_new_classifier=*/false);
+  check_same_classes({file.classes, path.string()}, trainer.classes(), WeightsUse::kEvaluate);
   spdlog::info("evaluating {} in {}", file.description, path.string());
   if (trainer.is_rank0()) write_eval_preview(trainer, val, file.step, metrics);
-  const EvalResult r = trainer.evaluate(val);
+  const EvalResult r = trainer.evaluate(val, /*ema=*/false, /*per_class=*/true);
   spdlog::info("evaluated {}: top-1 {:.2f}% | top-5 {:.2f}% | {} images", path.string(), r.top1(),
                r.top5(), r.images);
+  // The names of the data, which the check above found equal to the weights' where both have them.
+  const std::vector<ClassName>& names =
+      trainer.classes().names.empty() ? file.classes : trainer.classes().names;
+  spdlog::info(
+      "lowest top-1 by class (index{}, top-1, right/images): {}",
+      names.empty() ? "" : ", synset (words)",
+      describe_classes(worst_classes(r.class_images, r.class_top1_correct, kWorstClassesLogged),
+                       names));
   metrics.write("eval", {{"step", file.step},
                          {"top1", r.top1()},
                          {"top5", r.top5()},

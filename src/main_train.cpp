@@ -22,6 +22,7 @@
 #include "base/stop_signal.h"
 #include "src/benchmark.h"
 #include "src/config.h"
+#include "src/data_classes.h"
 #include "src/device.h"
 #include "src/dist/process_group.h"
 #include "src/dist/watchdog.h"
@@ -135,13 +136,16 @@ int run(int argc, char** argv, std::unique_ptr<ProcessGroup>& group) {
       reports ? fs::path(config.output_dir) / "metrics.jsonl" : fs::path(),
       reports && config.tensorboard ? (fs::path(config.output_dir) / "tensorboard").string() : "");
   install_stop_signal_handlers();
+  // Before the indexes are built: a names file that does not fit the run stops it at once.
+  TrainerOptions trainer_setup = trainer_options(config);
+  trainer_setup.classes = find_data_classes(config);
 
   build_tfrecord_indexes(config, group->local_rank(), group->local_size());
   group->barrier(
       "the barrier after building TFRecord indexes (ranks scanning slow storage: write the "
       "indexes beside the data once with index-tfrecords)");
   Sources sources = make_sources(config, device, group->rank(), group->local_size());
-  Trainer trainer(trainer_options(config), device, group.get());
+  Trainer trainer(trainer_setup, device, group.get());
   if (config.evaluate_only) {
     evaluate_only(trainer, config, *sources.val, metrics);
     return 0;

@@ -11,6 +11,7 @@
 
 #include "base/check.h"
 #include "src/state/checkpoint.h"
+#include "src/state/class_match.h"
 #include "src/state/weights.h"
 
 namespace trainer {
@@ -104,6 +105,10 @@ void load_init_weights(Trainer& trainer, const Config& config) {
   check_variant(file, config.blurpool, "init_weights", /*strict=*/false);
   const bool new_classifier = trainer.load_weights(
       file.tensors, "init_weights = '" + config.init_weights + "'", /*keep_new_classifier=*/true);
+  // A new classifier learns the data's classes from scratch; a kept one must mean the same ones.
+  if (!new_classifier)
+    check_same_classes({file.classes, config.init_weights}, trainer.classes(),
+                       WeightsUse::kInitialise);
   spdlog::info("starting from {} in {}{}", file.description, config.init_weights,
                new_classifier ? "; the classifier is re-initialised for num_classes = " +
                                     std::to_string(config.num_classes) + " (the file's has " +
@@ -124,6 +129,7 @@ Progress resume(Trainer& trainer, const Config& config, int64_t samples_per_epoc
   }
   const Checkpoint checkpoint = load_checkpoint(*path);
   trainer.restore(checkpoint);
+  check_same_classes({checkpoint.classes, path->string()}, trainer.classes(), WeightsUse::kResume);
   Progress at = checkpoint.progress;
   spdlog::info("resumed from {}: epoch {}, image {} of {}, step {}{}{}", path->string(),
                at.epoch + 1, at.samples_in_epoch, samples_per_epoch, at.step,

@@ -27,7 +27,8 @@ std::unique_ptr<BatchSource> make_tfrecord_source(const Config& config, c10::Dev
   o.rank = rank;
   o.world_size = config.world_size;
   o.num_classes = config.num_classes;
-  o.label_offset = config.label_offset;
+  o.record_layout = config.record_layout;  // auto: each split's own first record decides
+  o.label_offset = config.label_offset;    // -1: the layout's
   // FixRes: the evaluation crop may differ from the training crop (val_image_size).
   o.transform.image_size =
       static_cast<int>(training ? config.image_size : config.eval_image_size());

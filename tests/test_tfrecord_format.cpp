@@ -13,6 +13,7 @@
 #include "data/formats/tfrecord/image_example.h"
 #include "data/formats/tfrecord/index.h"
 #include "data/formats/tfrecord/record.h"
+#include "data/formats/tfrecord/record_layout.h"
 #include "tests/tfrecord_test_util.h"
 
 namespace trainer {
@@ -192,25 +193,7 @@ TEST(Example, RoundTripAndMissingFeatures) {
   EXPECT_EQ(error, "missing feature image/encoded");
 }
 
-// tf.train.Example written field by field (protobuf's wire format), for layouts the project's
-// own writer never produces.
-namespace wire {
-std::string varint(uint64_t v) {
-  std::string out;
-  for (; v >= 0x80; v >>= 7) out += static_cast<char>(v | 0x80);
-  return out + static_cast<char>(v);
-}
-std::string field(int number, const std::string& bytes) {  // length-delimited
-  return varint(uint64_t(number) << 3 | 2) + varint(bytes.size()) + bytes;
-}
-std::string bytes_feature(const std::string& value) { return field(1, field(1, value)); }
-std::string int64_feature(int64_t value) { return field(3, field(1, varint(value))); }
-std::string example(const std::vector<std::pair<std::string, std::string>>& features) {
-  std::string map;  // each map entry: key = 1, value = 2
-  for (const auto& [key, feature] : features) map += field(1, field(1, key) + field(2, feature));
-  return field(1, map);
-}
-}  // namespace wire
+namespace wire = testing::wire;  // Examples written field by field
 
 // The training input's parser reuses its buffers record after record: each parse must see only
 // its own record, and judge damage as parse_image_example does.
@@ -221,7 +204,7 @@ TEST(Example, ReusableParserAgreesWithTheFullParse) {
   small.encoded = "\xff\xd8\xff small";
   small.label = 1000;
   ImageExample out;
-  ImageFeatureParser parser;
+  ImageFeatureParser parser(feature_keys(RecordLayout::kTensorflow));
   std::string_view encoded;
   int64_t label = 0;
   std::string error;
@@ -248,6 +231,108 @@ TEST(Example, ReusableParserAgreesWithTheFullParse) {
     EXPECT_FALSE(parser.parse(bad, &encoded, &label, &error));
     EXPECT_FALSE(parse_image_example(bad, &out, &full_error));
     EXPECT_EQ(error, full_error);
+  }
+}
+
+// Each layout is told from one record by its two features and their kinds, whatever else the
+// record holds; a record of neither names what it holds, for the error a user reads.
+TEST(Example, DetectsEachLayoutFromOneRecord) {
+  ImageExample tensorflow;
+  tensorflow.encoded = "\xff\xd8\xff jpeg";
+  tensorflow.label = 5;
+  std::string features;
+  EXPECT_EQ(detect_record_layout(serialize_image_example(tensorflow), &features),
+            RecordLayout::kTensorflow);
+  EXPECT_NE(features.find("image/encoded (bytes)"), std::string::npos) << features;
+  EXPECT_EQ(
+      detect_record_layout(testing::tfds_example("\xff\xd8\xff jpeg", 0, "a.JPEG"), &features),
+      RecordLayout::kTfds);
+  EXPECT_EQ(features, "file_name (bytes), image (bytes), label (int64)");
+  const std::string unknown = wire::example({{"pixels", wire::bytes_feature("jpeg")},
+                                             {"class", wire::int64_feature(3)},
+                                             {"label", wire::bytes_feature("3")}});
+  EXPECT_EQ(detect_record_layout(unknown, &features), RecordLayout::kAuto);
+  // Sorted by name, each with its kind: the label here is text, so TFDS's names alone don't match.
+  EXPECT_EQ(features, "class (int64), label (bytes), pixels (bytes)");
+  EXPECT_EQ(detect_record_layout("\x0a\x05garbage", &features), RecordLayout::kAuto);
+  EXPECT_EQ(features, "none: the record is not a tf.train.Example");
+  EXPECT_EQ(default_label_offset(RecordLayout::kTensorflow), 1);  // 1..1000 -> 0..999
+  EXPECT_EQ(default_label_offset(RecordLayout::kTfds), 0);        // 0..999 kept
+}
+
+// TFDS's keys read by both parsers; a record of the other layout lacks the keys asked for.
+TEST(Example, ParsersReadTfdsKeys) {
+  const std::string tfds = testing::tfds_example("\xff\xd8\xff tfds", 999, "n0144_1.JPEG");
+  ImageFeatureParser parser(feature_keys(RecordLayout::kTfds));
+  std::string_view encoded;
+  int64_t label = -1;
+  std::string error;
+  ASSERT_TRUE(parser.parse(tfds, &encoded, &label, &error)) << error;
+  EXPECT_EQ(encoded, "\xff\xd8\xff tfds");
+  EXPECT_EQ(label, 999);
+  ImageExample out;
+  ASSERT_TRUE(parse_image_example(tfds, &out, &error, RecordLayout::kTfds)) << error;
+  EXPECT_EQ(out.encoded, "\xff\xd8\xff tfds");
+  EXPECT_EQ(out.label, 999);
+  EXPECT_EQ(out.filename, "n0144_1.JPEG");
+  EXPECT_EQ(out.height, 0);  // TFDS stores no size
+  ImageExample tensorflow;
+  tensorflow.encoded = "jpeg";
+  EXPECT_FALSE(parser.parse(serialize_image_example(tensorflow), &encoded, &label, &error));
+  EXPECT_EQ(error, "missing feature image");
+  ImageFeatureParser tf_parser(feature_keys(RecordLayout::kTensorflow));
+  EXPECT_FALSE(tf_parser.parse(tfds, &encoded, &label, &error));
+  EXPECT_EQ(error, "missing feature image/encoded");
+  EXPECT_FALSE(parse_image_example(tfds, &out, &error));
+  EXPECT_EQ(error, "missing feature image/encoded");
+}
+
+// The layout of a dataset comes from the first record of its first non-empty file; a first
+// record of neither layout is an error naming the file, what it holds, both layouts and the key.
+TEST(RecordLayout, ResolvedFromTheFirstRecordOrNamedInTheError) {
+  TempDir dir;
+  write_file(dir.file("a-empty"), "");
+  const auto tfds = testing::write_dataset(dir, {2}, 10, 48, /*tfds=*/true);
+  EXPECT_EQ(resolve_record_layout(RecordLayout::kAuto, {dir.file("a-empty"), tfds[0]}, "k"),
+            RecordLayout::kTfds);
+  const auto tensorflow = testing::write_dataset(dir, {2});
+  EXPECT_EQ(resolve_record_layout(RecordLayout::kAuto, tensorflow, "k"), RecordLayout::kTensorflow);
+  // Asked for: taken as it is, nothing read.
+  EXPECT_EQ(resolve_record_layout(RecordLayout::kTfds, {dir.file("missing")}, "k"),
+            RecordLayout::kTfds);
+  {
+    RecordWriter writer(dir.file("other"));
+    writer.write(
+        wire::example({{"jpeg", wire::bytes_feature("x")}, {"class_id", wire::int64_feature(1)}}));
+  }
+  try {
+    resolve_record_layout(RecordLayout::kAuto, {dir.file("other")}, "record_layout");
+    FAIL() << "expected UserError";
+  } catch (const UserError& e) {
+    const std::string message = e.what();
+    for (const std::string& part :
+         {dir.file("other"), std::string("class_id (int64), jpeg (bytes)"),
+          std::string("image/encoded + image/class/label"), std::string("image + label"),
+          std::string("set record_layout = tensorflow or tfds")})
+      EXPECT_NE(message.find(part), std::string::npos) << part << " not in: " << message;
+  }
+  // A first record with a damaged payload is stepped over (it is the reader's to skip or fail
+  // on): the next record decides. A file whose framing breaks first leaves it to the next file.
+  std::string bytes = read_file(tfds[0]);
+  bytes[20] ^= 0x5a;
+  write_file(dir.file("b-damaged"), bytes);
+  write_file(dir.file("c-cut"), read_file(tensorflow[0]).substr(0, 30));
+  EXPECT_EQ(resolve_record_layout(RecordLayout::kAuto, {dir.file("b-damaged")}, "k"),
+            RecordLayout::kTfds);
+  EXPECT_EQ(resolve_record_layout(RecordLayout::kAuto, {dir.file("c-cut"), tfds[0]}, "k"),
+            RecordLayout::kTfds);
+  try {
+    resolve_record_layout(RecordLayout::kAuto, {dir.file("c-cut")}, "record_layout");
+    FAIL() << "expected UserError";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find(dir.file("c-cut") + " at byte 0: truncated record"),
+              std::string::npos)
+        << e.what();
   }
 }
 

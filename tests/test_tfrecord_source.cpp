@@ -186,6 +186,42 @@ TEST(TFRecordSource, LabelOffsetZeroKeepsStoredLabels) {
   EXPECT_EQ(batches[0].labels[0].item<int64_t>(), 1);  // record 0: stored label 1, in order
 }
 
+// The same images in TFDS's layout (labels 0..9) and TensorFlow's (1..10): the layout and the
+// label base detected, the batches alike, labels included; a layout named wrongly makes every
+// record bad, the key named.
+TEST(TFRecordSource, TfdsRecordsGiveTheBatchesOfTensorflowsLayout) {
+  TempDir tf_dir, tfds_dir;
+  const auto tf_files = testing::write_dataset(tf_dir, {12, 9});
+  const auto tfds_files = testing::write_dataset(tfds_dir, {12, 9}, 10, 48, /*tfds=*/true);
+  for (bool training : {true, false}) {
+    TFRecordSource tf(options(tf_files, training)), tfds(options(tfds_files, training));
+    const auto a = epoch(tf, 0), b = epoch(tfds, 0);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(a[i].images.equal(b[i].images)) << "batch " << i;
+      EXPECT_TRUE(a[i].labels.equal(b[i].labels)) << "batch " << i;
+    }
+    EXPECT_EQ(tfds.bad_records(), 0);
+  }
+  auto o = options(tfds_files, false);
+  o.label_offset = 0;  // explicit, and the layout's own
+  o.record_layout = RecordLayout::kTfds;
+  TFRecordSource named(o);
+  EXPECT_EQ(epoch(named, 0)[0].labels[0].item<int64_t>(), 0);  // record 0: stored label 0
+  o.record_layout = RecordLayout::kTensorflow;
+  o.fail_on_bad_record = true;
+  TFRecordSource wrong(o);
+  try {
+    epoch(wrong, 0);
+    FAIL() << "expected UserError";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("missing feature image/encoded (record_layout = "
+                                         "tensorflow)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(TFRecordSource, SkipPolicyDropsBadRecordsAndFailPolicyStops) {
   TempDir dir;
   const auto files = testing::write_dataset(dir, {12, 12});

@@ -28,7 +28,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ImageExample example;
     std::string error;
     parse_image_example(payload, &example, &error);
-    static ImageFeatureParser parser;  // reused, as in training: no state may leak between records
+    parse_image_example(payload, &example, &error, RecordLayout::kTfds);
+    detect_record_layout(payload, &error);
+    // Reused, as in training: no state may leak between records.
+    static ImageFeatureParser parser(feature_keys(RecordLayout::kTensorflow));
     std::string_view encoded;
     int64_t label = 0;
     parser.parse(payload, &encoded, &label, &error);

@@ -174,7 +174,8 @@ Damage TFRecordEpoch::decode(int64_t p, const Slot& slot, Decoder& decoder, uint
   int64_t label = 0;
   std::string& error = decoder.error;
   if (!decoder.parser.parse(slot.payload, &encoded, &label, &error)) {
-    damage.reason = error;
+    // The layout named: a record of another layout is "missing" the features this one reads.
+    damage.reason = detail::concat(error, " (record_layout = ", layout_name(o.record_layout), ")");
   } else if (label - o.label_offset < 0 || label - o.label_offset >= o.num_classes) {
     damage.reason = detail::concat("label ", label, " minus label_offset ", o.label_offset,
                                    " is outside [0, num_classes = ", o.num_classes, ")");
@@ -204,7 +205,7 @@ PendingBatch& TFRecordEpoch::pending_batch(int64_t index) {
 void TFRecordEpoch::decode_loop() {
   const int64_t b = o.batch_size, total = static_cast<int64_t>(plan.size());
   const int64_t s = image_size;
-  Decoder decoder;
+  Decoder decoder(feature_keys(o.record_layout));  // resolved by the source: never kAuto here
   decoder.transform = o.transform;
   decoder.transform.training = o.training;
   decoder.transform.image_size = static_cast<int>(s);

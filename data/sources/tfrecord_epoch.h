@@ -57,6 +57,7 @@ struct PendingBatch {
 
 // What a decode thread keeps from record to record.
 struct Decoder {
+  explicit Decoder(FeatureKeys keys) : parser(keys) {}
   TransformOptions transform;  // the epoch's crop, training or evaluation
   ImageFeatureParser parser;
   std::string error;

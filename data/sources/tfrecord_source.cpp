@@ -9,6 +9,7 @@
 #include "base/check.h"
 #include "base/seed.h"
 #include "data/formats/tfrecord/file.h"
+#include "data/formats/tfrecord/record_layout.h"
 #include "data/sources/epoch_plan.h"
 #include "data/sources/step_shares.h"
 #include "data/sources/tfrecord_epoch.h"
@@ -47,7 +48,19 @@ TFRecordSource::TFRecordSource(TFRecordSourceOptions options) : options_(std::mo
              o.files.size(), " files) hold ", total_records(), " records, fewer than ", needed,
              " (batch_size x ranks for training; one per rank for evaluation). ",
              "Fix: lower batch_size or use more data");
+  resolve_layout();
   start_epoch(0);
+}
+
+void TFRecordSource::resolve_layout() {
+  auto& o = options_;
+  const bool detected = o.record_layout == RecordLayout::kAuto;
+  o.record_layout = resolve_record_layout(o.record_layout, o.files, "record_layout");
+  if (o.label_offset < 0) o.label_offset = default_label_offset(o.record_layout);
+  if (detected && o.rank == 0)  // what was not asked for, said once per split
+    spdlog::info("{} records: {} layout (from the first record), label_offset {}",
+                 o.training ? "training" : "evaluation", layout_name(o.record_layout),
+                 o.label_offset);
 }
 
 TFRecordSource::~TFRecordSource() { stop_epoch(); }

@@ -40,6 +40,9 @@ class TFRecordSource : public BatchSource {
 
  private:
   void stop_epoch();
+  // Makes options_.record_layout and label_offset concrete: what was asked, else what the first
+  // record says (the same on every rank: resolve_record_layout).
+  void resolve_layout();
   int64_t image_size_of(int64_t epoch) const;  // the crop of `epoch` (training: the schedule's)
   int64_t largest_image_size() const;          // the run's largest crop: the buffers' size
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "data/formats/tfrecord/image_example.h"
 #include "data/sources/image_size_schedule.h"
 #include "data/transforms/augment.h"
 
@@ -21,7 +22,12 @@ struct TFRecordSourceOptions {
   int rank = 0;
   int world_size = 1;
   int64_t num_classes = 1000;
-  int64_t label_offset = 1;    // subtracted from stored labels (ImageNet: 1..1000 -> 0..999)
+  // Which features hold the image and the label; kAuto: detected from the first record of the
+  // first file (resolve_record_layout). The source holds the resolved layout once constructed.
+  RecordLayout record_layout = RecordLayout::kAuto;
+  // Subtracted from stored labels (TensorFlow's ImageNet: 1..1000 -> 0..999); -1: the layout's
+  // (default_label_offset: 1 for TensorFlow's, 0 for TFDS's), resolved at construction too.
+  int64_t label_offset = -1;
   TransformOptions transform;  // training flag is taken from `training`
   // Training: each epoch's crop (progressive resizing) instead of transform.image_size.
   std::optional<ImageSizeSchedule> image_sizes;

@@ -39,6 +39,35 @@ TensorMap to_map(const c10::IValue& value, const std::string& what) {
   return out;
 }
 
+// A list of str as Python reads it: torch.load(weights_only=True) allows lists and str.
+c10::impl::GenericList to_list(const std::vector<std::string>& items) {
+  c10::impl::GenericList list(c10::StringType::get());
+  for (const auto& item : items) list.push_back(item);
+  return list;
+}
+
+std::vector<std::string> to_strings(const c10::IValue& value, const char* what,
+                                    const std::string& source) {
+  USER_CHECK(value.isList(), source, " entry '", what, "' is not a list");
+  std::vector<std::string> out;
+  for (const c10::IValue& item : value.toListRef()) {
+    USER_CHECK(item.isString(), source, " entry '", what, "' holds something other than str");
+    out.push_back(item.toStringRef());
+  }
+  return out;
+}
+
+void insert_classes(c10::impl::GenericDict& dict, const std::vector<ClassName>& classes) {
+  if (classes.empty()) return;
+  std::vector<std::string> synsets, texts;
+  for (const auto& c : classes) {
+    synsets.push_back(c.synset);
+    texts.push_back(c.text);
+  }
+  dict.insert("class_synsets", to_list(synsets));
+  dict.insert("class_texts", to_list(texts));
+}
+
 // write(2) the whole buffer, fsync, close: the data is on disk before the rename publishes it.
 void write_file_durably(const fs::path& path, const std::vector<char>& bytes) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -78,6 +107,20 @@ bool is_checkpoint_name(const std::string& name) {
 }
 
 }  // namespace
+
+std::vector<ClassName> read_checkpoint_classes(const c10::impl::GenericDict& dict,
+                                               const std::string& source) {
+  if (!dict.contains("class_synsets")) return {};  // the run had no class names
+  const auto synsets = to_strings(dict.at("class_synsets"), "class_synsets", source);
+  const auto texts = dict.contains("class_texts")
+                         ? to_strings(dict.at("class_texts"), "class_texts", source)
+                         : std::vector<std::string>(synsets.size());
+  USER_CHECK(texts.size() == synsets.size(), source, " has ", synsets.size(), " class_synsets but ",
+             texts.size(), " class_texts");
+  std::vector<ClassName> out;
+  for (size_t i = 0; i < synsets.size(); ++i) out.push_back({synsets[i], texts[i]});
+  return out;
+}
 
 TensorMap state_dict(const torch::nn::Module& module) {
   TensorMap out;
@@ -137,6 +180,7 @@ void save_checkpoint(const Checkpoint& checkpoint, const fs::path& path) {
   dict.insert("global_batch", checkpoint.global_batch);
   dict.insert("samples_per_epoch", checkpoint.samples_per_epoch);
   dict.insert("config", checkpoint.config);
+  insert_classes(dict, checkpoint.classes);
   const std::vector<char> bytes = pickle_for_python(c10::IValue(dict));
 
   fs::create_directories(path.parent_path());
@@ -191,6 +235,7 @@ Checkpoint load_checkpoint(const fs::path& path) {
   out.global_batch = dict.at("global_batch").toInt();
   out.samples_per_epoch = dict.at("samples_per_epoch").toInt();
   out.config = dict.at("config").toStringRef();
+  out.classes = read_checkpoint_classes(dict, "checkpoint " + path.string());
   return out;
 }
 

@@ -1,8 +1,10 @@
 // Checkpoints in the format Python's torch.load reads: a dict with the torchvision-compatible
-// state_dict under "model", the optimizer's momentum buffers, the loss scaler, epoch, step and the
-// resolved config. Written atomically (temporary file, fsync, rename); the newest K are kept.
+// state_dict under "model", the optimizer's momentum buffers, the loss scaler, epoch, step, the
+// resolved config and the data's class names. Written atomically (temporary file, fsync, rename);
+// the newest K are kept.
 #pragma once
 
+#include <ATen/core/Dict.h>
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 
@@ -12,6 +14,8 @@
 #include <set>
 #include <string>
 #include <vector>
+
+#include "data/datasets/class_names.h"
 
 namespace trainer {
 
@@ -43,7 +47,15 @@ struct Checkpoint {
   int64_t global_batch = 0;       // images per step
   int64_t samples_per_epoch = 0;  // images in a training epoch
   std::string config;             // resolved configuration, TOML
+  // The names of the classes the model was trained on, logit i being classes[i]; saved as the
+  // lists of str "class_synsets" and "class_texts" (absent when empty: the data had none).
+  std::vector<ClassName> classes;
 };
+
+// The class names a checkpoint's dict holds; empty when it holds none. `source` names the file
+// in the error when the entries are not lists of str of one length.
+std::vector<ClassName> read_checkpoint_classes(const c10::impl::GenericDict& dict,
+                                               const std::string& source);
 
 // Parameters and buffers of `module` by dotted name, as CPU copies (state_dict()).
 TensorMap state_dict(const torch::nn::Module& module);

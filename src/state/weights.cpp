@@ -87,6 +87,7 @@ WeightsFile read_weights_file(const fs::path& path, const std::string& key) {
         "the model of a checkpoint of this trainer (step " + std::to_string(out.step) + ")";
     out.tensors = to_tensors(dict.at("model").toGenericDict(), path);
     if (dict.contains("architecture")) out.architecture = dict.at("architecture").toStringRef();
+    out.classes = read_checkpoint_classes(dict, key + " = '" + path.string() + "'");
   } else if (holds_dict(dict, "state_dict") || holds_dict(dict, "model")) {
     const char* inner = holds_dict(dict, "state_dict") ? "state_dict" : "model";
     out.description = std::string("the state dict under '") + inner + "'";

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "models/resnet.h"
 #include "src/state/checkpoint.h"
@@ -18,6 +19,8 @@ struct WeightsFile {
   int64_t step = 0;         // the training step of a checkpoint of ours; 0 otherwise
   // A checkpoint's architecture ("resnet50", "resnet50-blurpool"); "" when the file does not say.
   std::string architecture;
+  // A checkpoint's class names, logit i being classes[i]; empty when the file has none.
+  std::vector<ClassName> classes;
 };
 
 // Whether `file` holds weights for the model variant this run builds: a BlurPool checkpoint into a

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "data/formats/tfrecord/file.h"
+#include "data/formats/tfrecord/record_layout.h"
 #include "data/sources/tfrecord_source.h"
 #include "src/tools/tool_main.h"
 
@@ -76,6 +77,21 @@ void run_row(trainer::TFRecordSourceOptions run, const std::string& mode, const 
   std::fflush(stdout);
 }
 
+// The files `inputs` name, their layout (the one `layout` names, or for auto their first
+// record's, detected once here as train detects it rather than by each measurement's source)
+// and its label base unless --label-offset gave one; printed above the table.
+void set_files(const std::vector<std::string>& inputs, const std::string& layout,
+               trainer::TFRecordSourceOptions* o) {
+  for (const auto& input : inputs)
+    for (auto& f : trainer::list_tfrecord_files(input, "inputs")) o->files.push_back(f);
+  USER_CHECK(trainer::layout_from_name(layout, &o->record_layout), "--record-layout ", layout,
+             " is not a layout. Fix: use auto, tensorflow or tfds");
+  o->record_layout = trainer::resolve_record_layout(o->record_layout, o->files, "--record-layout");
+  if (o->label_offset < 0) o->label_offset = trainer::default_label_offset(o->record_layout);
+  std::printf("%s layout, stored labels from %lld\n", trainer::layout_name(o->record_layout),
+              static_cast<long long>(o->label_offset));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -87,6 +103,7 @@ int main(int argc, char** argv) {
   std::vector<double> erasing = {0.0};           // the config's random_erasing
   trainer::TFRecordSourceOptions o;
   int64_t images = 2000, warmup = 1500;
+  std::string layout = "auto";
   o.batch_size = 64;
   o.num_classes = 1000;
   app.add_option("inputs", inputs, "TFRecord files, globs or folders")->required();
@@ -114,11 +131,14 @@ int main(int argc, char** argv) {
   app.add_option("--random-erasing", erasing, "train: random-erasing probabilities to try")
       ->capture_default_str();
   app.add_option("--num-classes", o.num_classes, "classes")->capture_default_str();
-  app.add_option("--label-offset", o.label_offset, "stored label offset")->capture_default_str();
+  app.add_option("--record-layout", layout, "auto (from the first record) | tensorflow | tfds")
+      ->capture_default_str();
+  app.add_option("--label-offset", o.label_offset,
+                 "stored label of class 0; -1: the layout's (tensorflow 1, tfds 0)")
+      ->capture_default_str();
   app.add_option("--index-cache-dir", o.index_cache_dir, "index cache")->capture_default_str();
   return trainer::run_tool(app, argc, argv, [&] {
-    for (const auto& input : inputs)
-      for (auto& f : trainer::list_tfrecord_files(input, "inputs")) o.files.push_back(f);
+    set_files(inputs, layout, &o);
     std::printf("%-6s %8s %-36s %12s %18s %16s\n", "mode", "threads", "augmentation", "images/s",
                 "images/s/thread", "images/cpu-s");
     for (const auto& mode : transforms) {

@@ -177,13 +177,16 @@ void Trainer::end_step(double lr) {
   if (ema_) ema_->update(step_);
 }
 
-EvalResult Trainer::evaluate(BatchSource& source, bool ema) {
+EvalResult Trainer::evaluate(BatchSource& source, bool ema, bool per_class) {
   TORCH_INTERNAL_ASSERT(!ema || ema_, "evaluate(ema) without an EMA");
   at::NoGradGuard no_grad;
   ResNet& model = ema ? ema_->model_for_evaluation() : model_;
   model->eval();
   at::Tensor top1 = at::zeros({}, at::TensorOptions().device(device_).dtype(at::kLong));
   at::Tensor top5 = top1.clone();
+  // (2, classes): images and top-1 hits per class, on the device until the end.
+  at::Tensor class_counts =
+      per_class ? at::zeros({2, options_.model.num_classes}, top1.options()) : at::Tensor();
   int64_t images = 0;
   source.start_epoch(0);
   for (int64_t b = source.batches_left(); b > 0; --b) {
@@ -199,6 +202,11 @@ EvalResult Trainer::evaluate(BatchSource& source, bool ema) {
     at::Tensor hits = predicted.eq(labels);                         // (N, k)
     top1 += hits.select(1, 0).sum();
     top5 += hits.any(1).sum();
+    if (per_class) {
+      const at::Tensor classes = labels.squeeze(1);  // (N,)
+      class_counts[0].index_add_(0, classes, at::ones_like(classes));
+      class_counts[1].index_add_(0, classes, hits.select(1, 0).to(at::kLong));
+    }
     images += batch.labels.size(0);
   }
   set_training_mode();
@@ -208,7 +216,18 @@ EvalResult Trainer::evaluate(BatchSource& source, bool ema) {
     result.top1_correct = group_->sum(result.top1_correct);
     result.top5_correct = group_->sum(result.top5_correct);
   }
+  if (per_class) add_class_counts(class_counts, result);
   return result;
+}
+
+void Trainer::add_class_counts(const at::Tensor& class_counts, EvalResult& result) {
+  // Summed over ranks as the counts above are, over the launcher's transport, once per evaluation.
+  at::Tensor counts = class_counts.cpu().contiguous();  // (2, classes)
+  if (group_) group_->allreduce_sum_(counts);
+  const int64_t* data = counts.data_ptr<int64_t>();
+  const int64_t classes = counts.size(1);
+  result.class_images.assign(data, data + classes);
+  result.class_top1_correct.assign(data + classes, data + 2 * classes);
 }
 
 void Trainer::sync_buffers() {
@@ -234,6 +253,7 @@ Checkpoint Trainer::checkpoint(const Progress& progress) const {
   out.world_size = options_.world_size;
   out.global_batch = options_.images_per_step;
   out.config = options_.resolved_config;
+  out.classes = options_.classes.names;
   return out;
 }
 

@@ -13,12 +13,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "data/sources/batch_source.h"
 #include "models/resnet.h"
 #include "src/dist/gradient_reducer.h"
 #include "src/dist/process_group.h"
 #include "src/state/checkpoint.h"
+#include "src/state/class_match.h"
 #include "src/train/batch_mixing.h"
 #include "src/train/loss.h"
 #include "src/train/loss_scaler.h"
@@ -31,6 +33,9 @@ struct EvalResult {
   int64_t images = 0;
   int64_t top1_correct = 0;
   int64_t top5_correct = 0;
+  // Per class index, over all ranks, when asked for (evaluate's per_class); else empty.
+  std::vector<int64_t> class_images;
+  std::vector<int64_t> class_top1_correct;
   double top1() const { return images ? 100.0 * top1_correct / images : 0.0; }  // percent
   double top5() const { return images ? 100.0 * top5_correct / images : 0.0; }  // percent
 };
@@ -54,6 +59,7 @@ struct TrainerOptions {
   int world_size = 1;           // for the MixUp/CutMix draw and checkpoints
   int64_t images_per_step = 0;  // over all ranks, for checkpoints
   std::string resolved_config;  // the run's config.toml, kept in checkpoints
+  NamedClasses classes;         // the data's class names, kept in checkpoints; empty: none
 };
 
 class Trainer {
@@ -82,8 +88,9 @@ class Trainer {
 
   // Top-1/top-5 over every batch of one epoch of `source`, in eval mode (BN running statistics).
   // With a group: each rank evaluates its shard and the counts are summed over ranks. `ema`:
-  // the EMA of the weights instead (has_ema()).
-  EvalResult evaluate(BatchSource& source, bool ema = false);
+  // the EMA of the weights instead (has_ema()). `per_class`: also top-1 per class, counted on
+  // the device and read once at the end.
+  EvalResult evaluate(BatchSource& source, bool ema = false, bool per_class = false);
   bool has_ema() const { return ema_ != nullptr; }
 
   // Copies rank 0's BN running statistics to every rank (they drift apart, each rank seeing its
@@ -106,6 +113,8 @@ class Trainer {
   ResNet& model() { return model_; }
   // The model's architecture as checkpoints name it: "resnet50", "resnet50-blurpool".
   std::string architecture() const;
+  // The class names of the data this run trains or evaluates on, as its checkpoints keep them.
+  const NamedClasses& classes() const { return options_.classes; }
   const LossScaler& loss_scaler() const { return scaler_; }
   c10::Device device() const { return device_; }
   // Images of one batch prepared for the model: (N, 3, H, W) normalised, compute dtype and layout.
@@ -119,6 +128,8 @@ class Trainer {
   // Training mode for the layers that train: a linear probe keeps the frozen layers' batch norm
   // on its running statistics.
   void set_training_mode();
+  // Fills `result`'s per-class counts from `class_counts` (2, classes), summed over the ranks.
+  void add_class_counts(const at::Tensor& class_counts, EvalResult& result);
 
   const TrainerOptions options_;
   c10::Device device_;

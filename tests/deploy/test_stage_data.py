@@ -26,29 +26,32 @@ def dataset(tmp_path):
     return folder
 
 
-def stage(folder, *specs):
+def stage(folder, *specs, convert=None):
     env = dict(os.environ, PATH=f"{build_dir()}:{os.environ['PATH']}")
-    return subprocess.run(["bash", str(PRELOAD), "--index", str(folder), *specs],
+    options = ["--convert", str(convert)] if convert else []
+    return subprocess.run(["bash", str(PRELOAD), *options, "--index", str(folder), *specs],
                           capture_output=True, text=True, env=env, timeout=300)
 
 
 def test_the_staging_job_indexes_the_writable_dataset(rendered):
     job = next(d for d in rendered("stage-data") if d["kind"] == "Job")
     (container,) = job["spec"]["template"]["spec"]["containers"]
-    assert container["args"][0] == "--index"
-    dataset = next(m for m in container["volumeMounts"] if m["mountPath"] == "/fsx/imagenet")
-    assert not dataset.get("readOnly"), "the index files need a writable dataset folder"
+    assert container["args"][:3] == ["--convert", "/fsx/imagenet-download", "--index"]
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert not mounts["/fsx/imagenet"].get("readOnly"), "shards and indexes are written there"
+    assert mounts["/fsx/imagenet-download"]["readOnly"]
     # The folder imported from S3 belongs to root; the staging runs as uid 1000.
     assert container["securityContext"]["runAsUser"] == 1000
     (init,) = job["spec"]["template"]["spec"]["initContainers"]
-    assert "chown 1000:1000 /fsx/imagenet" in " ".join(init["command"])
+    assert init["command"][:7] == ["install", "-d", "-o", "1000", "-g", "1000", "-m"]
+    assert {"/fsx/runs", "/fsx/imagenet"} <= set(init["command"])
 
 
 def test_training_reads_the_staged_indexes_and_scans_nothing(dataset, tmp_path):
     result = stage(dataset, "train-*=2", "validation-*=1")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "indexed 2 files" in result.stdout and "indexed 1 files" in result.stdout
-    shards = sorted(p for p in dataset.iterdir() if not p.name.endswith(".idx"))
+    shards = sorted(p for p in dataset.iterdir() if p.suffix not in (".idx", ".txt"))
     assert len(shards) == 3
     # A second staging (the Job retried) counts the shards, not their indexes.
     again = stage(dataset, "train-*=2", "validation-*=1")
@@ -82,3 +85,25 @@ def test_a_damaged_shard_fails_the_staging_naming_it(dataset):
     assert result.returncode == 1
     assert f"DAMAGED {shard} at byte 0" in result.stderr
     assert "HINT: a DAMAGED record means a corrupt shard" in result.stderr
+
+
+def test_the_staging_converts_only_a_whole_download(dataset, tmp_path):
+    # Kaggle's layout, one validation image: the converter refuses it (ImageNet has 50,000), and
+    # the staging fails with its reason before writing a shard.
+    download = tmp_path / "download"
+    (download / "ILSVRC/Data/CLS-LOC/val").mkdir(parents=True)
+    from PIL import Image
+    Image.new("RGB", (8, 8)).save(download / "ILSVRC/Data/CLS-LOC/val/ILSVRC2012_val_00000001.JPEG",
+                                  format="JPEG")
+    (download / "LOC_synset_mapping.txt").write_text("n01440764 tench, Tinca tinca\n")
+    (download / "LOC_val_solution.csv").write_text(
+        "ImageId,PredictionString\nILSVRC2012_val_00000001,n01440764 0 0 7 7 \n")
+    out = tmp_path / "converted"
+    result = stage(out, "validation-*=128", convert=download)
+    assert result.returncode != 0
+    assert "holds 1 validation images where ImageNet 2012 has 50000" in result.stderr
+    assert not list(out.glob("validation-*"))
+    # No download there: the records are expected in place, as imported from S3.
+    result = stage(dataset, "train-*=2", "validation-*=1", convert=tmp_path / "none")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "holds no ImageNet download" in result.stdout

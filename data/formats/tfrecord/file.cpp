@@ -53,8 +53,14 @@ void ReadFile::advise_sequential(int64_t offset, int64_t size) const {
 
 namespace {
 
-bool is_index_file(const std::string& path) {
-  return path.size() > 4 && path.compare(path.size() - 4, 4, ".idx") == 0;
+// Files that lie beside the records and are not records: index files (`.idx`) and class names
+// files (`synsets.txt`, TFDS's `label.labels.txt`; data/datasets/class_names.h).
+bool is_beside_records(const std::string& path) {
+  auto ends_with = [&](const char* suffix) {
+    const size_t n = std::char_traits<char>::length(suffix);
+    return path.size() > n && path.compare(path.size() - n, n, suffix) == 0;
+  };
+  return ends_with(".idx") || ends_with(".txt");
 }
 
 }  // namespace
@@ -67,7 +73,7 @@ std::vector<std::string> list_tfrecord_files(const std::string& pattern, const s
   std::error_code error;
   if (fs::is_directory(pattern, error)) {
     for (const auto& entry : fs::directory_iterator(pattern, error))
-      if (entry.is_regular_file() && !is_index_file(entry.path().string()) &&
+      if (entry.is_regular_file() && !is_beside_records(entry.path().string()) &&
           entry.path().filename().string()[0] != '.')
         files.push_back(entry.path().string());
     USER_CHECK(!files.empty(), "config key '", key, "' = '", pattern,
@@ -76,7 +82,8 @@ std::vector<std::string> list_tfrecord_files(const std::string& pattern, const s
     glob_t matches{};
     const int status = ::glob(pattern.c_str(), 0, nullptr, &matches);
     for (size_t i = 0; status == 0 && i < matches.gl_pathc; ++i)
-      if (!is_index_file(matches.gl_pathv[i]) && fs::is_regular_file(matches.gl_pathv[i], error))
+      if (!is_beside_records(matches.gl_pathv[i]) &&
+          fs::is_regular_file(matches.gl_pathv[i], error))
         files.emplace_back(matches.gl_pathv[i]);
     ::globfree(&matches);
     USER_CHECK(!files.empty(), "config key '", key, "' = '", pattern,

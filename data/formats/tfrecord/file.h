@@ -30,8 +30,8 @@ class ReadFile {
 };
 
 // The TFRecord files a config key names: a directory (every regular file in it except index
-// files) or a glob (`/fsx/imagenet/train-*`). Sorted by name. A missing or empty directory or a
-// glob matching nothing is a UserError naming `key` and the value.
+// files and `.txt` class names files) or a glob (`/fsx/imagenet/train-*`). Sorted by name. A
+// missing or empty directory or a glob matching nothing is a UserError naming `key` and the value.
 std::vector<std::string> list_tfrecord_files(const std::string& pattern, const std::string& key);
 
 }  // namespace trainer

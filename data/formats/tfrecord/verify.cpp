@@ -12,6 +12,7 @@
 #include "data/formats/tfrecord/file.h"
 #include "data/formats/tfrecord/image_example.h"
 #include "data/formats/tfrecord/index.h"
+#include "data/formats/tfrecord/record_layout.h"
 
 namespace trainer {
 
@@ -49,8 +50,14 @@ FileResult verify_file(const std::string& path, const VerifyOptions& o) {
     int64_t size = 0;
     const std::string where = path + " at byte " + std::to_string(e.offset) + ": ";
     const RecordStatus status = parse_record(buffer.data(), e.size, &payload, &size);
-    if (status != RecordStatus::kOk) error = to_string(status);
-    if (status != RecordStatus::kOk || !parse_image_example(payload, &example, &error)) {
+    bool intact = status == RecordStatus::kOk;
+    if (!intact) {
+      error = to_string(status);
+    } else if (!parse_image_example(payload, &example, &error, o.layout)) {
+      intact = false;  // named with the layout: another layout's record lacks this one's features
+      error += std::string(" (record layout ") + layout_name(o.layout) + ")";
+    }
+    if (!intact) {
       r.problems.push_back(where + error);
       continue;
     }
@@ -80,7 +87,11 @@ FileResult verify_file(const std::string& path, const VerifyOptions& o) {
 
 }  // namespace
 
-VerifyReport verify_tfrecord_files(const std::vector<std::string>& files, const VerifyOptions& o) {
+VerifyReport verify_tfrecord_files(const std::vector<std::string>& files,
+                                   const VerifyOptions& options) {
+  VerifyOptions o = options;  // the layout and label base made concrete, as the trainer does
+  o.layout = resolve_record_layout(o.layout, files, "--record-layout");
+  if (o.label_offset < 0) o.label_offset = default_label_offset(o.layout);
   std::vector<FileResult> results(files.size());
   std::atomic<size_t> next{0};
   auto work = [&] {
@@ -96,6 +107,8 @@ VerifyReport verify_tfrecord_files(const std::vector<std::string>& files, const 
   for (int t = 0; t < std::max(1, o.threads); ++t) threads.emplace_back(work);
   for (auto& t : threads) t.join();
   VerifyReport report;
+  report.layout = o.layout;
+  report.label_offset = o.label_offset;
   std::ofstream dump;
   if (!o.dump_path.empty()) {
     dump.open(o.dump_path);
@@ -115,6 +128,8 @@ std::string format_report(const VerifyReport& report) {
   std::ostringstream out;
   out << report.files << " files, " << report.records << " intact records, "
       << report.per_class.size() << " classes, " << report.problems.size() << " problems\n";
+  out << "record layout " << layout_name(report.layout) << ", stored labels from "
+      << report.label_offset << "\n";
   int64_t lo = -1, hi = -1;
   for (auto [label, count] : report.per_class) {
     lo = lo < 0 ? count : std::min(lo, count);
