@@ -291,3 +291,12 @@ def test_a_rerun_after_a_kill_keeps_the_finished_shards(tmp_path):
     labels = dump(out, "train")
     assert sorted(labels.values()) == [1] * 12 + [2] * 12
     assert (out / "synsets.txt").read_text() == "class_0\nclass_1\n"
+
+
+def test_an_empty_class_folder_is_named(tmp_path):
+    folder = tmp_path / "folder"
+    slow_image_folder(folder, classes=1, per_class=1)
+    (folder / "class_9").mkdir()  # sorts last: its label would be unused, synsets.txt one line off
+    result = run(folder, tmp_path / "out", check=False)
+    assert result.returncode == 2
+    assert f"class folder '{folder / 'class_9'}' holds no images" in result.stderr

@@ -22,6 +22,10 @@ std::vector<SourceImage> list_image_folder(const std::string& root) {
     for (const auto& entry : fs::directory_iterator(fs::path(root) / classes[c]))
       if (entry.is_regular_file()) files.push_back(entry.path());
     std::sort(files.begin(), files.end());
+    // A class without images would leave its label unused and the class names misaligned
+    // (torchvision's ImageFolder refuses one too).
+    USER_CHECK(!files.empty(), "class folder '", (fs::path(root) / classes[c]).string(),
+               "' holds no images. Fix: add its images, or remove the folder");
     for (const auto& f : files) {
       SourceImage image;
       image.path = f.string();

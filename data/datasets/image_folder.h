@@ -11,7 +11,7 @@
 namespace trainer {
 
 // Every regular file under `root/<class>/`, classes and files sorted; synset = the class folder's
-// name. UserError when there are none.
+// name. UserError when there are none, or a class folder holds none.
 std::vector<SourceImage> list_image_folder(const std::string& root);
 
 }  // namespace trainer
