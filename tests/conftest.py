@@ -24,6 +24,16 @@ def run_train(*args, timeout=600, **kwargs):
                           text=True, timeout=timeout, **kwargs)
 
 
+@pytest.fixture(scope="session")
+def tf():
+    """TensorFlow itself, which writes and reads records in the tests; skips without it."""
+    try:
+        import tensorflow
+    except Exception as error:  # absent, or a broken install: skip with the reason
+        pytest.skip(f"tensorflow is not importable ({error}); scripts/setup.sh installs it")
+    return tensorflow
+
+
 PHOTOS = pathlib.Path("/usr/share/backgrounds/mate/nature")
 PHOTO_VAL_SIZE = 72  # held-out crops' side: the evaluation's val_resize leaves them as they are
 

@@ -109,15 +109,6 @@ def test_export_lists_the_classes_in_logit_order(named, tmp_path):
     assert "logits[:, i] is classes[i]" in spec["output"]
 
 
-@pytest.fixture(scope="module")
-def tf():
-    try:
-        import tensorflow
-    except Exception as error:  # absent, or a broken install: skip with the reason
-        pytest.skip(f"tensorflow is not importable ({error}); scripts/setup.sh installs it")
-    return tensorflow
-
-
 def write_imagenet_records(tf, path, classes):
     """Records as TensorFlow's build_imagenet_data.py writes them: (label, synset, text) each."""
     jpeg = tf.io.encode_jpeg(tf.zeros([8, 8, 3], tf.uint8)).numpy()

@@ -212,15 +212,6 @@ def test_kaggle_labels_and_boxes_match_the_same_images(downloads, tmp_path, tf):
         assert (stored == images[split][name][0]) == (name not in (CMYK_FILE, PNG_FILE))
 
 
-@pytest.fixture(scope="module")
-def tf():
-    try:
-        import tensorflow
-    except Exception as error:  # absent, or a broken install: skip with the reason
-        pytest.skip(f"tensorflow is not importable ({error}); scripts/setup.sh installs it")
-    return tensorflow
-
-
 def test_a_partial_download_is_refused_before_anything_is_written(downloads, tmp_path):
     root, _ = downloads
     result = run("--imagenet", root / "org", tmp_path / "out", check=False)

@@ -13,15 +13,6 @@ from conftest import binary, run_train
 CLASSES, TRAIN_PER_CLASS, VAL_PER_CLASS = 4, 8, 3
 
 
-@pytest.fixture(scope="module")
-def tf():
-    try:
-        import tensorflow
-    except Exception as error:  # absent, or a broken install: skip with the reason
-        pytest.skip(f"tensorflow is not importable ({error}); scripts/setup.sh installs it")
-    return tensorflow
-
-
 def images(tf, split):
     """(label 0-based, JPEG bytes, file name) of a split: each class its own colour, plus noise,
     so that a few steps learn something."""

@@ -33,15 +33,6 @@ def read_dump(path):
     return rows
 
 
-@pytest.fixture(scope="module")
-def tf():
-    try:
-        import tensorflow
-    except Exception as error:  # absent, or a broken install: skip with the reason
-        pytest.skip(f"tensorflow is not importable ({error}); scripts/setup.sh installs it")
-    return tensorflow
-
-
 def test_records_written_by_tensorflow_read_back_identically(tf, tmp_path):
     import numpy as np
     rng = np.random.default_rng(0)

@@ -169,16 +169,16 @@ ShardSummary write_shards(std::vector<SourceImage> images, const std::string& ou
   std::shuffle(images.begin(), images.end(), rng);  // every shard holds every class
   fs::create_directories(out_dir);
   ShardSummary summary;
-  std::vector<int> todo;
+  std::vector<int> unfinished;
   for (int s = 0; s < o.shards; ++s) {
     summary.paths.push_back((fs::path(out_dir) / shard_name(o, s)).string());
     const int64_t records = finished_shard_records(summary.paths.back());
-    if (records < 0) todo.push_back(s);
+    if (records < 0) unfinished.push_back(s);
     summary.images += std::max<int64_t>(records, 0);
   }
-  summary.kept = o.shards - static_cast<int>(todo.size());
+  summary.kept = o.shards - static_cast<int>(unfinished.size());
   int64_t to_write = 0;
-  for (int s : todo)
+  for (int s : unfinished)
     to_write += (images.size() * (s + 1) / o.shards) - images.size() * s / o.shards;
 
   std::atomic<size_t> next{0};
@@ -189,8 +189,8 @@ ShardSummary write_shards(std::vector<SourceImage> images, const std::string& ou
   std::exception_ptr error;
   auto work = [&] {
     try {
-      for (size_t t = next++; t < todo.size() && !failed; t = next++) {
-        const size_t s = todo[t];
+      for (size_t t = next++; t < unfinished.size() && !failed; t = next++) {
+        const size_t s = unfinished[t];
         written += write_shard(images, images.size() * s / o.shards,
                                images.size() * (s + 1) / o.shards, summary.paths[s], done);
       }
