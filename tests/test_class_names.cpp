@@ -13,6 +13,7 @@
 #include "src/state/checkpoint.h"
 #include "src/state/class_match.h"
 #include "src/state/weights.h"
+#include "tests/temp_dir.h"
 
 namespace trainer {
 namespace {
@@ -23,9 +24,10 @@ const std::vector<ClassName> kImagenetStart = {{"n01440764", "tench, Tinca tinca
                                                {"n01443537", "goldfish, Carassius auratus"},
                                                {"n01484850", "great white shark"}};
 
+// A folder of this program's, removed when it ends.
 fs::path temporary_folder(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("class_names_test_" + name);
-  fs::remove_all(dir);
+  static const testing::TempDir root;
+  const fs::path dir = root.path() / name;
   fs::create_directories(dir);
   return dir;
 }

@@ -9,6 +9,7 @@
 
 #include "base/check.h"
 #include "src/config.h"
+#include "tests/temp_dir.h"
 
 namespace trainer {
 namespace {
@@ -25,8 +26,10 @@ std::optional<Config> parse(std::vector<std::string> args) {
   return line->config;
 }
 
+// A file in a folder of this program's, removed when it ends.
 fs::path write_file(const std::string& name, const std::string& text) {
-  fs::path path = fs::temp_directory_path() / ("trainer_config_test_" + name);
+  static const testing::TempDir folder;
+  fs::path path = folder.path() / name;
   std::ofstream(path) << text;
   return path;
 }

@@ -5,8 +5,10 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 #include "base/check.h"
@@ -311,7 +313,8 @@ TEST(Distributed, TwoMicroBatchesStepLikeTheirUnion) {
     return Batch{whole.images.narrow(0, start, 4), whole.labels.narrow(0, start, 4),
                  whole.ids.narrow(0, start, 4)};
   };
-  Trainer one(trainer_options(c), torch::kCPU, g_group), accumulated(trainer_options(c), torch::kCPU, g_group);
+  Trainer one(trainer_options(c), torch::kCPU, g_group),
+      accumulated(trainer_options(c), torch::kCPU, g_group);
   one.model()->eval();
   accumulated.model()->eval();
   one.train_step(whole, /*lr=*/1.0);
@@ -328,7 +331,11 @@ TEST(Distributed, TwoMicroBatchesStepLikeTheirUnion) {
 TEST(Distributed, UnevenShardsRunEqualStepsAndFinish) {
   Config c = dist_config();
   c.resume = "none";
-  c.output_dir = (std::filesystem::temp_directory_path() / "trainer_dist_uneven").string();
+  // One folder for every rank, named by rank 0's process and removed by it when all are done.
+  const auto first_pid = static_cast<int64_t>(g_group->allgather(double(::getpid()))[0]);
+  c.output_dir = (std::filesystem::temp_directory_path() /
+                  ("trainer-test-uneven-" + std::to_string(first_pid)))
+                     .string();
   Sources sources = make_sources(c, torch::kCPU, g_group->rank());
   const auto per_rank = g_group->allgather(double(sources.train->batches_left()));
   for (double n : per_rank) EXPECT_EQ(n, per_rank[0]);
@@ -338,6 +345,7 @@ TEST(Distributed, UnevenShardsRunEqualStepsAndFinish) {
   MetricsLog metrics("");
   FitResult result = fit(trainer, c, *sources.train, nullptr, metrics);
   for (double steps : g_group->allgather(double(result.steps))) EXPECT_EQ(steps, 2 * per_rank[0]);
+  if (g_group->rank() == 0) std::filesystem::remove_all(c.output_dir);  // the allgather: all done
 }
 
 TEST(Distributed, EvaluationCountsEveryImageOnceAndMatchesOneRank) {

@@ -15,11 +15,18 @@
 #include "src/sources.h"
 #include "src/state/checkpoint.h"
 #include "src/train/trainer.h"
+#include "tests/temp_dir.h"
 
 namespace trainer {
 namespace {
 
 namespace fs = std::filesystem;
+
+// The folder of this program's checkpoints and logs, removed when it ends.
+const fs::path& scratch() {
+  static const testing::TempDir dir;
+  return dir.path();
+}
 
 Config small_config(const std::string& name) {
   Config c;
@@ -38,8 +45,7 @@ Config small_config(const std::string& name) {
   c.label_smoothing = 0.0;
   c.log_every_steps = 2;
   c.resume = "auto";
-  c.output_dir = (fs::temp_directory_path() / ("trainer_test_" + name)).string();
-  fs::remove_all(c.output_dir);
+  c.output_dir = (scratch() / name).string();
   validate_config(c);
   return c;
 }
@@ -170,8 +176,7 @@ TEST(Checkpoint, RoundTripsEveryField) {
 }
 
 TEST(Checkpoint, KeepsTheNewestK) {
-  const fs::path dir = fs::temp_directory_path() / "trainer_test_rotate";
-  fs::remove_all(dir);
+  const fs::path dir = scratch() / "rotate";
   Checkpoint empty;
   for (int64_t step : {5, 10, 100, 20}) save_checkpoint(empty, checkpoint_path(dir, step));
   prune_checkpoints(dir, 2);
@@ -183,8 +188,7 @@ TEST(Checkpoint, KeepsTheNewestK) {
 }
 
 TEST(Checkpoint, UnfinishedWritesAreRemovedAndCheckpointsKept) {
-  const fs::path dir = fs::temp_directory_path() / "trainer_test_unfinished";
-  fs::remove_all(dir);
+  const fs::path dir = scratch() / "unfinished";
   save_checkpoint(Checkpoint{}, checkpoint_path(dir, 20));
   const fs::path killed = checkpoint_path(dir, 30).string() + ".tmp.4242";  // writer killed
   std::ofstream(killed) << "half a checkpoint";
@@ -198,7 +202,7 @@ TEST(Checkpoint, UnfinishedWritesAreRemovedAndCheckpointsKept) {
 }
 
 TEST(Checkpoint, CorruptOrMismatchedCheckpointsAreUserErrors) {
-  const fs::path path = fs::temp_directory_path() / "trainer_test_corrupt.pt";
+  const fs::path path = scratch() / "corrupt.pt";
   std::ofstream(path) << "not a checkpoint";
   EXPECT_THROW(load_checkpoint(path), UserError);
   EXPECT_THROW(load_checkpoint("/nonexistent/checkpoint.pt"), UserError);

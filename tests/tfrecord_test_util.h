@@ -1,5 +1,5 @@
-// Helpers of the TFRecord tests: a temporary folder removed at the end, and small TFRecord
-// datasets written with the project's own writer, in TensorFlow's layout or TFDS's.
+// Helpers of the TFRecord tests: small TFRecord datasets written with the project's own writer, in
+// TensorFlow's layout or TFDS's.
 #pragma once
 
 #include <cstdio>
@@ -12,27 +12,9 @@
 #include "data/formats/tfrecord/image_example.h"
 #include "data/formats/tfrecord/index.h"
 #include "data/formats/tfrecord/record.h"
+#include "tests/temp_dir.h"
 
 namespace trainer::testing {
-
-class TempDir {
- public:
-  TempDir() {
-    std::random_device random;
-    path_ = std::filesystem::temp_directory_path() /
-            ("tfrecord-test-" + std::to_string(random()) + std::to_string(random()));
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
 
 // A tf.train.Example written field by field (protobuf's wire format), for layouts the project's
 // own writer never produces: each feature a (name, Feature) pair of bytes_feature/int64_feature.
