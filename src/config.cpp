@@ -134,6 +134,10 @@ void add_options(CLI::App& app, Config& c) {
   add("EMA", "ema_half_life_images", c.ema_half_life_images,
       "or: images after which a weight's share halves; 0: off");
   add("EMA", "ema_every_steps", c.ema_every_steps, "steps between EMA updates");
+  add_choice("EMA", "ema_buffers", c.ema_buffers,
+             "BN statistics of the EMA: copy (the model's) | average (torchvision's)");
+  add("EMA", "ema_warmup_reset", c.ema_warmup_reset,
+      "EMA updates in the LR warmup copy the weights (torchvision's train.py)");
   add_choice("Optimizer", "optimizer", c.optimizer, "sgd | lars");
   add("Optimizer", "base_lr", c.base_lr, "LR per 256 images (linear scaling rule)");
   add("Optimizer", "momentum", c.momentum, "in [0, 1)");

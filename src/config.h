@@ -15,6 +15,7 @@
 #include "src/train/loss.h"
 #include "src/train/lr_schedule.h"
 #include "src/train/optimizer.h"
+#include "src/train/weight_average.h"
 
 namespace trainer {
 
@@ -120,7 +121,9 @@ struct Config {
   // weight has halved (kept across resizes, whatever the images per step).
   double ema_decay = 0;
   double ema_half_life_images = 0;
-  int64_t ema_every_steps = 1;  // steps between updates
+  int64_t ema_every_steps = 1;                 // steps between updates
+  EmaBuffers ema_buffers = EmaBuffers::kCopy;  // copy | average (Note [EMA buffers])
+  bool ema_warmup_reset = false;  // torchvision's: the LR warmup's updates copy the weights
 
   // Optimizer.
   OptimizerKind optimizer = OptimizerKind::kSgd;  // sgd | lars
@@ -217,6 +220,7 @@ const std::vector<ChoiceName<OptimizerKind>>& choice_names(OptimizerKind);
 const std::vector<ChoiceName<LrScheduleKind>>& choice_names(LrScheduleKind);
 const std::vector<ChoiceName<GradAverage>>& choice_names(GradAverage);
 const std::vector<ChoiceName<GradCompression>>& choice_names(GradCompression);
+const std::vector<ChoiceName<EmaBuffers>>& choice_names(EmaBuffers);
 
 template <typename Choice>
 std::string name_of(Choice value) {

@@ -70,6 +70,11 @@ const std::vector<ChoiceName<LrScheduleKind>>& choice_names(LrScheduleKind) {
                                                                 {LrScheduleKind::kPoly, "poly"}};
   return names;
 }
+const std::vector<ChoiceName<EmaBuffers>>& choice_names(EmaBuffers) {
+  static const std::vector<ChoiceName<EmaBuffers>> names = {{EmaBuffers::kCopy, "copy"},
+                                                            {EmaBuffers::kAverage, "average"}};
+  return names;
+}
 const std::vector<ChoiceName<GradAverage>>& choice_names(GradAverage) {
   static const std::vector<ChoiceName<GradAverage>> names = {{GradAverage::kPre, "pre"},
                                                              {GradAverage::kPost, "post"}};

@@ -22,6 +22,7 @@
 #include "src/state/class_match.h"
 #include "src/state/weights.h"
 #include "src/train/lr_schedule.h"
+#include "src/train/weight_average.h"
 
 namespace trainer {
 namespace fs = std::filesystem;
@@ -200,6 +201,13 @@ class TrainingLoop {
   }
 
  private:
+  // Whether the EMA update of the step after `trained` images copies the weights.
+  bool ema_copies(int64_t trained) const {
+    return config_.ema_warmup_reset &&
+           warmup_update_copies(schedule_, trained,
+                                config_.ema_every_steps * config_.images_per_step());
+  }
+
   // One optimisation step and what follows it: logs, evaluation, checkpoint. False when a stop
   // signal ended training (after a checkpoint).
   bool step() {
@@ -228,7 +236,7 @@ class TrainingLoop {
       rows += micro_rows;
       if (trace_) trace_->write(epoch, at_.step, batch.ids);
     }
-    trainer_.end_step(lr);
+    trainer_.end_step(lr, ema_copies(epoch * samples_ + at_.samples_in_epoch));
     const at::Tensor loss = loss_sum / static_cast<double>(std::max<int64_t>(rows, 1));
     interval_.add(loss, rows, step_images);
     if (++steps_this_run_ == 1) log_startup(trainer_, loss, at_.step + 1, metrics_);

@@ -67,6 +67,7 @@ TrainerOptions trainer_options(const Config& c) {
   o.mixing = {c.mixup_alpha, c.cutmix_alpha};
   o.ema_decay = ema_decay_per_update(c);
   o.ema_every_steps = c.ema_every_steps;
+  o.ema_buffers = c.ema_buffers;
   o.world_size = c.world_size;
   o.images_per_step = c.images_per_step();
   o.resolved_config = config_to_toml(c);

@@ -7,6 +7,10 @@
 //                                      -> {"loss"}   (targets: class indices or probabilities)
 //   technique_parity_tool blurpool ARCH OUT: a BlurPool model's {"model": state_dict, "input",
 //                                      "logits"} (eval mode, fp32, CPU)
+//   technique_parity_tool ema  IN OUT: a ResNet-18's state dicts after each step,
+//                                      {"<step>.<name>", "params": [steps, classes, decay, every,
+//                                      average_buffers, warmup_reset, images_per_step,
+//                                      samples_per_epoch, warmup_epochs]} -> the EMA's state dict
 #include <torch/torch.h>
 
 #include <iostream>
@@ -15,6 +19,8 @@
 #include "src/state/checkpoint.h"
 #include "src/train/batch_mixing.h"
 #include "src/train/loss.h"
+#include "src/train/lr_schedule.h"
+#include "src/train/weight_average.h"
 #include "tests/tensor_files.h"
 
 using namespace trainer;
@@ -64,6 +70,42 @@ void blurpool(const std::string& arch, const std::string& out_path) {
   write_tensors(out_path, out);
 }
 
+// The trainer's EMA over a given sequence of weights: after step s (1-based) the model holds
+// "<s>.*", then the EMA updates as Trainer::end_step does, copying where fit would.
+void ema(const std::string& in_path, const std::string& out_path) {
+  const auto in = read_dict(in_path);
+  const at::Tensor p = tensor(in, "params").to(at::kDouble);
+  const auto value = [&](int i) { return p[i].item<double>(); };
+  const auto steps = static_cast<int64_t>(value(0)), every = static_cast<int64_t>(value(3));
+  const auto images_per_step = static_cast<int64_t>(value(6));
+  const bool warmup_reset = value(5) != 0;
+  LrScheduleOptions schedule_options;
+  schedule_options.images_per_step = images_per_step;
+  schedule_options.warmup_epochs = value(8);
+  const LrSchedule schedule(schedule_options, static_cast<int64_t>(value(7)));
+
+  const ResNetOptions options{18, static_cast<int64_t>(value(1)), false};
+  ResNet model(options);
+  auto load_step = [&](int64_t step) {
+    TensorMap state;
+    for (const auto& [name, t] : state_dict(*model))
+      state[name] = tensor(in, (std::to_string(step) + "." + name).c_str());
+    load_state_dict(*model, state, "step " + std::to_string(step));
+  };
+  load_step(0);
+  WeightAverage average(model, ResNet(options), value(2), every,
+                        value(4) != 0 ? EmaBuffers::kAverage : EmaBuffers::kCopy);
+  for (int64_t step = 1; step <= steps; ++step) {
+    load_step(step);
+    const int64_t trained = (step - 1) * images_per_step;
+    average.update(
+        step, warmup_reset && warmup_update_copies(schedule, trained, every * images_per_step));
+  }
+  c10::Dict<std::string, at::Tensor> out;
+  for (const auto& [name, t] : average.state()) out.insert(name, t);
+  write_tensors(out_path, out);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -72,10 +114,12 @@ int main(int argc, char** argv) {
     mix(argv[2], argv[3]);
   } else if (mode == "loss") {
     loss(argv[2], argv[3]);
+  } else if (mode == "ema") {
+    ema(argv[2], argv[3]);
   } else if (mode == "blurpool") {
     blurpool(argv[2], argv[3]);
   } else {
-    std::cerr << "usage: technique_parity_tool mix|loss IN OUT | blurpool ARCH OUT\n";
+    std::cerr << "usage: technique_parity_tool mix|loss|ema IN OUT | blurpool ARCH OUT\n";
     return 2;
   }
   return 0;

@@ -132,3 +132,68 @@ def test_blurpool_is_ffcvs_and_loads_into_torchvision(tmp_path, arch):
         blurred = net(got["input"])
     torch.testing.assert_close(got["logits"], blurred, rtol=1e-4, atol=1e-4)
     assert not torch.allclose(plain, blurred, rtol=1e-3, atol=1e-3), "the blur changed nothing"
+
+
+class ExponentialMovingAverage(torch.optim.swa_utils.AveragedModel):
+    """torchvision's (references/classification/utils.py), as its recipe uses it: an
+    AveragedModel that averages the BN buffers with the weights (use_buffers=True)."""
+
+    def __init__(self, model, decay, device="cpu"):
+        def ema_avg(avg_model_param, model_param, num_averaged):
+            return decay * avg_model_param + (1 - decay) * model_param
+
+        super().__init__(model, device, ema_avg, use_buffers=True)
+
+
+def weights_per_step(steps, classes):
+    """A ResNet-18's state dict at the start and after each of `steps` steps: weights and BN
+    statistics that move each step (the running variances stay positive)."""
+    torch.manual_seed(5)
+    net = torchvision.models.resnet18(num_classes=classes)
+    states = []
+    for _ in range(steps + 1):
+        with torch.no_grad():
+            for name, t in net.state_dict().items():
+                if "running_var" in name:
+                    t.mul_(torch.empty_like(t).uniform_(0.8, 1.25))
+                elif t.is_floating_point():
+                    t.add_(torch.randn_like(t) * 0.1)
+                else:
+                    t.add_(8)  # num_batches_tracked
+        states.append({k: v.clone() for k, v in net.state_dict().items()})
+    return net, states
+
+
+@pytest.mark.parametrize("buffers", ["average", "copy"])
+def test_ema_with_warmup_reset_is_torchvisions(tmp_path, buffers):
+    """train.py's loop: an update every `every` steps, and in the warmup epochs n_averaged set back
+    to 0 after it, so that the next update copies. The update steps follow the trainer's (every
+    every-th step of the run; train.py's are the 0th, every-th, ... batch of each epoch, a
+    difference the torchvision-v2 recipe declares)."""
+    steps, classes, decay, every = 14, 4, 0.7, 2
+    images_per_step, samples_per_epoch, warmup_epochs = 8, 32, 1  # 4 steps per epoch
+    net, states = weights_per_step(steps, classes)
+    net.load_state_dict(states[0])
+    ema = ExponentialMovingAverage(net, decay)
+    for step in range(1, steps + 1):
+        net.load_state_dict(states[step])
+        if step % every == 0:
+            ema.update_parameters(net)
+            epoch = (step - 1) * images_per_step // samples_per_epoch
+            if epoch < warmup_epochs:
+                ema.n_averaged.fill_(0)
+    inputs = {f"{step}.{name}": t for step, state in enumerate(states) for name, t in state.items()}
+    inputs["params"] = torch.tensor([steps, classes, decay, every, buffers == "average", 1,
+                                     images_per_step, samples_per_epoch, warmup_epochs],
+                                    dtype=torch.float64)
+    got = run_tool(tmp_path, "ema", inputs)
+    want = ema.module.state_dict()
+    for name, tensor in want.items():
+        if not tensor.is_floating_point():
+            assert torch.equal(got[name], states[steps][name]), name  # the model's counter
+        elif buffers == "copy" and "running_" in name:
+            assert torch.equal(got[name], states[steps][name]), name  # the model's statistics
+        else:
+            torch.testing.assert_close(got[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
+    # The average moved away from the weights after the warmup: it is not a copy.
+    assert not torch.allclose(got["fc.weight"], states[steps]["fc.weight"])

@@ -118,8 +118,8 @@ TEST(Training, AGlobalBatchBelowBatchSizeShrinksTheMicroBatch) {
 }
 
 // The recipes' techniques all on (MixUp and CutMix draws, binary cross-entropy, BlurPool, EMA
-// updated every other step): a resume mid-epoch still reproduces the uninterrupted run, EMA
-// included.
+// of the weights and BN statistics updated every other step, copying in the warmup): a resume
+// mid-epoch still reproduces the uninterrupted run, EMA included.
 TEST(Training, ResumeWithTheRecipeTechniquesContinuesExactly) {
   auto with_techniques = [](Config c) {
     c.mixup_alpha = 0.2;
@@ -128,6 +128,8 @@ TEST(Training, ResumeWithTheRecipeTechniquesContinuesExactly) {
     c.blurpool = true;
     c.ema_decay = 0.9;
     c.ema_every_steps = 2;
+    c.ema_buffers = EmaBuffers::kAverage;
+    c.ema_warmup_reset = true;  // the first epoch's updates copy, the resumed run's first averages
     validate_config(c);
     return c;
   };

@@ -30,6 +30,8 @@ class LrSchedule {
   LrSchedule(const LrScheduleOptions& options, int64_t samples_per_epoch);
   // LR of the step that trains `step_samples` images after `trained` images of the whole run.
   double at(int64_t trained, int64_t step_samples) const;
+  // Whether the step after `trained` images is in the warmup (negative `trained`: before the run).
+  bool warming_up(int64_t trained) const { return trained < warmup_samples_; }
   double peak() const { return peak_; }
   int64_t total_samples() const { return total_samples_; }
 

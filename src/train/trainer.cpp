@@ -97,7 +97,7 @@ Trainer::Trainer(const TrainerOptions& options, c10::Device device, ProcessGroup
     average->to(device);
     if (memory_format_ == c10::MemoryFormat::ChannelsLast) to_channels_last(average);
     ema_ = std::make_unique<WeightAverage>(model_, std::move(average), options.ema_decay,
-                                           options.ema_every_steps);
+                                           options.ema_every_steps, options.ema_buffers);
   }
   if (device.is_cuda()) {
     step_start_.emplace(cudaEventDefault);
@@ -162,7 +162,7 @@ at::Tensor Trainer::accumulate(const Batch& batch, double loss_weight, bool last
   return loss;
 }
 
-void Trainer::end_step(double lr) {
+void Trainer::end_step(double lr, bool ema_copies) {
   if (step_backward_done_) step_backward_done_->record();
   last_step_host_ms_ =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_host_start_)
@@ -174,7 +174,7 @@ void Trainer::end_step(double lr) {
   optimizer_->step(lr, scaler_.found_inf());
   scaler_.update();
   optimizer_->zero_grad();
-  if (ema_) ema_->update(step_);
+  if (ema_) ema_->update(step_, ema_copies);
 }
 
 EvalResult Trainer::evaluate(BatchSource& source, bool ema, bool per_class) {
@@ -231,8 +231,11 @@ void Trainer::add_class_counts(const at::Tensor& class_counts, EvalResult& resul
 }
 
 void Trainer::sync_buffers() {
-  if (group_ && group_->size() > 1)
-    broadcast_from_rank0(model_->buffers(), *group_, "the broadcast of rank 0's BN statistics");
+  if (!group_ || group_->size() == 1) return;
+  broadcast_from_rank0(model_->buffers(), *group_, "the broadcast of rank 0's BN statistics");
+  if (ema_ && !ema_->rank_local_buffers().empty())
+    broadcast_from_rank0(ema_->rank_local_buffers(), *group_,
+                         "the broadcast of rank 0's averaged BN statistics");
 }
 
 double Trainer::last_step_compute_ms() const {

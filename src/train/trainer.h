@@ -54,12 +54,13 @@ struct TrainerOptions {
   LossScalerOptions scaler;
   LossOptions loss;
   MixingOptions mixing;
-  double ema_decay = 0;         // per EMA update; 0: no EMA
-  int64_t ema_every_steps = 1;  // steps between EMA updates
-  int world_size = 1;           // for the MixUp/CutMix draw and checkpoints
-  int64_t images_per_step = 0;  // over all ranks, for checkpoints
-  std::string resolved_config;  // the run's config.toml, kept in checkpoints
-  NamedClasses classes;         // the data's class names, kept in checkpoints; empty: none
+  double ema_decay = 0;                        // per EMA update; 0: no EMA
+  int64_t ema_every_steps = 1;                 // steps between EMA updates
+  EmaBuffers ema_buffers = EmaBuffers::kCopy;  // Note [EMA buffers]
+  int world_size = 1;                          // for the MixUp/CutMix draw and checkpoints
+  int64_t images_per_step = 0;                 // over all ranks, for checkpoints
+  std::string resolved_config;                 // the run's config.toml, kept in checkpoints
+  NamedClasses classes;  // the data's class names, kept in checkpoints; empty: none
 };
 
 class Trainer {
@@ -84,7 +85,9 @@ class Trainer {
   // mean loss (0 when empty).
   void begin_step();
   at::Tensor accumulate(const Batch& batch, double loss_weight, bool last);
-  void end_step(double lr);
+  // `ema_copies`: the EMA update of this step, if any, copies the weights (Note [EMA warmup
+  // reset]).
+  void end_step(double lr, bool ema_copies = false);
 
   // Top-1/top-5 over every batch of one epoch of `source`, in eval mode (BN running statistics).
   // With a group: each rank evaluates its shard and the counts are summed over ranks. `ema`:
@@ -94,7 +97,8 @@ class Trainer {
   bool has_ema() const { return ema_ != nullptr; }
 
   // Copies rank 0's BN running statistics to every rank (they drift apart, each rank seeing its
-  // own batches), so evaluation and checkpoints use one model. Collective.
+  // own batches), the EMA's averaged ones too, so evaluation and checkpoints use one model.
+  // Collective.
   void sync_buffers();
   // Forward + backward time of the last step on this rank, ms (reads the device: log intervals).
   double last_step_compute_ms() const;
