@@ -111,6 +111,8 @@ void add_options(CLI::App& app, Config& c) {
       "randaugment: ops per image, 1-16");
   add("Augmentation", "randaugment_magnitude", c.randaugment_magnitude,
       "randaugment: magnitude bin of 31, 0-30");
+  add_choice("Augmentation", "augment_interpolation", c.augment_interpolation,
+             "the policy's shears, translations and rotations: nearest | bilinear");
   add("Augmentation", "random_erasing", c.random_erasing,
       "tfrecord training: probability of erasing a rectangle, 0-1");
   add("Augmentation", "mixup_alpha", c.mixup_alpha, "MixUp's Beta(alpha, alpha); 0: off");

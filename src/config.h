@@ -94,7 +94,8 @@ struct Config {
   AutoAugmentPolicy auto_augment = AutoAugmentPolicy::kNone;
   int64_t randaugment_num_ops = 2;    // randaugment: ops applied one after the other
   int64_t randaugment_magnitude = 9;  // randaugment: magnitude bin of 31 (0..30)
-  double random_erasing = 0;          // probability of erasing one rectangle; 0: never
+  Interpolation augment_interpolation = Interpolation::kNearest;  // the policy's geometric ops
+  double random_erasing = 0;  // probability of erasing one rectangle; 0: never
 
   // Progressive resizing (FFCV): each epoch's training crop instead of image_size, a linear ramp
   // from min to max between two epochs in multiples of step (Note [Image size per epoch] in
@@ -221,6 +222,7 @@ const std::vector<ChoiceName<LrScheduleKind>>& choice_names(LrScheduleKind);
 const std::vector<ChoiceName<GradAverage>>& choice_names(GradAverage);
 const std::vector<ChoiceName<GradCompression>>& choice_names(GradCompression);
 const std::vector<ChoiceName<EmaBuffers>>& choice_names(EmaBuffers);
+const std::vector<ChoiceName<Interpolation>>& choice_names(Interpolation);
 
 template <typename Choice>
 std::string name_of(Choice value) {

@@ -54,6 +54,11 @@ const std::vector<ChoiceName<AutoAugmentPolicy>>& choice_names(AutoAugmentPolicy
       {AutoAugmentPolicy::kAutoAugmentImageNet, "autoaugment_imagenet"}};
   return names;
 }
+const std::vector<ChoiceName<Interpolation>>& choice_names(Interpolation) {
+  static const std::vector<ChoiceName<Interpolation>> names = {
+      {Interpolation::kNearest, "nearest"}, {Interpolation::kBilinear, "bilinear"}};
+  return names;
+}
 const std::vector<ChoiceName<LossKind>>& choice_names(LossKind) {
   static const std::vector<ChoiceName<LossKind>> names = {
       {LossKind::kCrossEntropy, "cross_entropy"}, {LossKind::kBce, "bce"}};

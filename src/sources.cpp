@@ -38,6 +38,7 @@ std::unique_ptr<BatchSource> make_tfrecord_source(const Config& config, c10::Dev
   o.transform.policy.policy = config.auto_augment;
   o.transform.policy.randaugment_num_ops = static_cast<int>(config.randaugment_num_ops);
   o.transform.policy.randaugment_magnitude = static_cast<int>(config.randaugment_magnitude);
+  o.transform.policy.interpolation = config.augment_interpolation;
   o.transform.policy.random_erasing = config.random_erasing;
   o.pin_memory = device.is_cuda();
   o.reader_threads = static_cast<int>(config.reader_threads);

@@ -1,7 +1,7 @@
 // Test helper for tests/test_augment_parity.py: runs one augmentation op, random erasing's fill,
 // or prints a policy's magnitude tables, from data/transforms/augment_ops.h and
 // data/transforms/augment_policy.h.
-//   augment_parity_tool op NAME MAGNITUDE IN.png OUT.png
+//   augment_parity_tool op NAME MAGNITUDE IN.png OUT.png [nearest|bilinear]
 //   augment_parity_tool erase TOP LEFT HEIGHT WIDTH IN.png OUT.png
 //   augment_parity_tool space POLICY HEIGHT WIDTH
 // `space` prints one line per op: NAME SIGNED BIN..., each bin as a C99 hex float (exact).
@@ -33,7 +33,7 @@ void write_rgb(const std::string& path, const cv::Mat& rgb) {
 }
 
 int usage() {
-  std::cerr << "usage: augment_parity_tool op NAME MAGNITUDE IN OUT\n"
+  std::cerr << "usage: augment_parity_tool op NAME MAGNITUDE IN OUT [nearest|bilinear]\n"
                "       augment_parity_tool erase TOP LEFT HEIGHT WIDTH IN OUT\n"
                "       augment_parity_tool space POLICY HEIGHT WIDTH\n";
   return 2;
@@ -43,14 +43,16 @@ int usage() {
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (mode == "op" && argc == 6) {
+  if (mode == "op" && (argc == 6 || argc == 7)) {
     AugmentOp op;
     if (!op_from_name(argv[2], &op)) {
       std::cerr << "unknown op " << argv[2] << "\n";
       return 2;
     }
     cv::Mat image = read_rgb(argv[4]);
-    apply_augment_op(op, std::stod(argv[3]), image.data, image.rows, image.cols);
+    const bool bilinear = argc == 7 && std::string(argv[6]) == "bilinear";
+    apply_augment_op(op, std::stod(argv[3]), image.data, image.rows, image.cols,
+                     bilinear ? Interpolation::kBilinear : Interpolation::kNearest);
     write_rgb(argv[5], image);
     return 0;
   }

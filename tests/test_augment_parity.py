@@ -67,21 +67,23 @@ def photo(tmp_path_factory):
     return np.asarray(crop), path
 
 
-def ours(photo_path, tmp_path, *args):
+def ours(photo_path, tmp_path, *args, after=()):
     out = tmp_path / "out.png"
-    subprocess.run([binary("augment_parity_tool"), *map(str, args), photo_path, out], check=True,
-                   timeout=60)
+    subprocess.run([binary("augment_parity_tool"), *map(str, args), photo_path, out, *after],
+                   check=True, timeout=60)
     return np.asarray(Image.open(out).convert("RGB"))
 
 
-def torchvision_op(image, name, magnitude):
+def torchvision_op(image, name, magnitude, interpolation="nearest"):
     """The op as the v2 policies apply it: _apply_image_or_video_transform maps the name and
     magnitude to v2.functional (factor 1 + m, int(m) bits and pixels, atan shears about the
-    corner, threshold 255 m), nearest interpolation, fill 0 (fill None: zeros padding)."""
+    corner, threshold 255 m), nearest interpolation (the policies' default; bilinear with
+    interpolation=BILINEAR, as torchvision's classification reference builds them), fill 0
+    (fill None: zeros padding)."""
     chw = torch.from_numpy(image.copy()).permute(2, 0, 1)
     policy = POLICIES["randaugment"]
     out = policy._apply_image_or_video_transform(chw, name, magnitude,
-                                                 interpolation=InterpolationMode.NEAREST,
+                                                 interpolation=InterpolationMode(interpolation),
                                                  fill=policy._fill)
     return out.permute(1, 2, 0).numpy()
 
@@ -107,14 +109,15 @@ def test_pixel_ops_equal_torchvision(photo, tmp_path, name, magnitude):
     assert diff.max() == 0
 
 
+@pytest.mark.parametrize("interpolation", ["nearest", "bilinear"])
 @pytest.mark.parametrize("name,magnitude", GEOMETRIC_OPS)
-def test_geometric_ops_within_psnr(photo, tmp_path, name, magnitude):
+def test_geometric_ops_within_psnr(photo, tmp_path, name, magnitude, interpolation):
     image, path = photo
-    expected = torchvision_op(image, name, magnitude)
-    got = ours(path, tmp_path, "op", name, repr(magnitude))
+    expected = torchvision_op(image, name, magnitude, interpolation)
+    got = ours(path, tmp_path, "op", name, repr(magnitude), after=[interpolation])
     figure = psnr(got, expected)
     differing = np.count_nonzero(np.any(got != expected, axis=2)) / (HEIGHT * WIDTH)
-    print(f"{name} {magnitude:+.2f}: PSNR {figure:.1f} dB, pixels differing {differing:.3%}, "
+    print(f"{name} {magnitude:+.2f} {interpolation}: PSNR {figure:.1f} dB, pixels differing {differing:.3%}, "
           f"PSNR against the input {psnr(expected, image):.1f} dB")
     assert figure >= GEOMETRIC_PSNR_DB
     assert differing <= MAX_DIFFERING

@@ -174,7 +174,7 @@ inline float round_half_even(float v) {
 // (a shear of 0.6 about the corner puts a fifth of the rows there), so this file is compiled
 // without contracting a * b + c into one fused operation (data/CMakeLists.txt). cv::warpAffine
 // rounds half up in 1/1024-pixel fixed point instead: 7-8% of the pixels off on that shear.
-void warp(uint8_t* rgb, int height, int width, const std::array<double, 6>& m) {
+void warp_nearest(uint8_t* rgb, int height, int width, const std::array<double, 6>& m) {
   const float half_w = 0.5f * float(width), half_h = 0.5f * float(height);
   const float t00 = float(m[0]) / half_w, t01 = float(m[1]) / half_w, t02 = float(m[2]) / half_w;
   const float t10 = float(m[3]) / half_h, t11 = float(m[4]) / half_h, t12 = float(m[5]) / half_h;
@@ -203,7 +203,49 @@ void warp(uint8_t* rgb, int height, int width, const std::array<double, 6>& m) {
   }
 }
 
-void affine(AugmentOp op, double magnitude, uint8_t* rgb, int height, int width) {
+// Bilinear, as grid_sample's CPU kernel computes it in float32 on the source (x, y) found as above:
+// the four neighbours, those outside read as 0 (zeros padding), weighted by the distances to the
+// opposite sides and summed north-west, north-east, south-west, south-east in that order, then
+// rounded half to even (torchvision's round_ before the cast back to uint8).
+void warp_bilinear(uint8_t* rgb, int height, int width, const std::array<double, 6>& m) {
+  const float half_w = 0.5f * float(width), half_h = 0.5f * float(height);
+  const float t00 = float(m[0]) / half_w, t01 = float(m[1]) / half_w, t02 = float(m[2]) / half_w;
+  const float t10 = float(m[3]) / half_h, t11 = float(m[4]) / half_h, t12 = float(m[5]) / half_h;
+  const std::vector<uint8_t> source(rgb, rgb + size_t(3) * height * width);
+  const auto pixel = [&](int y, int x) -> const uint8_t* {  // nullptr: outside
+    const bool inside = x >= 0 && x < width && y >= 0 && y < height;
+    return inside ? source.data() + (size_t(y) * width + x) * 3 : nullptr;
+  };
+  for (int i = 0; i < height; ++i) {
+    const float y = float(i) - 0.5f * float(height - 1);
+    uint8_t* out = rgb + size_t(i) * width * 3;
+    for (int j = 0; j < width; ++j, out += 3) {
+      const float x = float(j) - 0.5f * float(width - 1);
+      const float gx = (x * t00 + y * t01) + t02, gy = (x * t10 + y * t11) + t12;
+      const float ix = ((gx + 1.0f) * float(width) - 1.0f) / 2.0f;
+      const float iy = ((gy + 1.0f) * float(height) - 1.0f) / 2.0f;
+      const float x_w = std::floor(ix), y_n = std::floor(iy);
+      const float w = ix - x_w, e = 1.0f - w, n = iy - y_n, s = 1.0f - n;
+      const float weights[4] = {s * e, s * w, n * e, n * w};  // nw, ne, sw, se
+      const int x0 = int(x_w), y0 = int(y_n);
+      const uint8_t* corners[4] = {pixel(y0, x0), pixel(y0, x0 + 1), pixel(y0 + 1, x0),
+                                   pixel(y0 + 1, x0 + 1)};
+      for (int c = 0; c < 3; ++c) {
+        float sum = 0.0f;
+        for (int k = 0; k < 4; ++k)
+          sum = sum + (corners[k] ? float(corners[k][c]) : 0.0f) * weights[k];
+        out[c] = static_cast<uint8_t>(round_half_even(sum));
+      }
+    }
+  }
+}
+
+void affine(AugmentOp op, double magnitude, uint8_t* rgb, int height, int width,
+            Interpolation interpolation) {
+  const auto warp = [&](uint8_t* image, int h, int w, const std::array<double, 6>& m) {
+    if (interpolation == Interpolation::kBilinear) return warp_bilinear(image, h, w, m);
+    return warp_nearest(image, h, w, m);
+  };
   // Shears are about the top-left corner (torchvision's center=[0, 0]), i.e. (-w/2, -h/2) in the
   // centred frame; translations and rotations about the centre.
   const double corner_x = -width * 0.5, corner_y = -height * 0.5;
@@ -247,7 +289,8 @@ bool op_from_name(std::string_view name, AugmentOp* op) {
   return false;
 }
 
-void apply_augment_op(AugmentOp op, double magnitude, uint8_t* rgb, int height, int width) {
+void apply_augment_op(AugmentOp op, double magnitude, uint8_t* rgb, int height, int width,
+                      Interpolation interpolation) {
   const size_t pixels = size_t(height) * width, values = 3 * pixels;
   switch (op) {
     case AugmentOp::kIdentity:
@@ -257,7 +300,7 @@ void apply_augment_op(AugmentOp op, double magnitude, uint8_t* rgb, int height, 
     case AugmentOp::kTranslateX:
     case AugmentOp::kTranslateY:
     case AugmentOp::kRotate:
-      return affine(op, magnitude, rgb, height, width);
+      return affine(op, magnitude, rgb, height, width, interpolation);
     case AugmentOp::kBrightness:
       return brightness(rgb, values, 1.0 + magnitude);
     case AugmentOp::kColor:

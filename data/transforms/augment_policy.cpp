@@ -111,7 +111,8 @@ double signed_magnitude(const OpMagnitudes& entry, int bin, std::mt19937_64& rng
   return magnitude;
 }
 
-void auto_augment_imagenet(uint8_t* rgb, int height, int width, std::mt19937_64& rng) {
+void auto_augment_imagenet(uint8_t* rgb, int height, int width, Interpolation interpolation,
+                           std::mt19937_64& rng) {
   const std::vector<OpMagnitudes> ops =
       augmentation_space(AutoAugmentPolicy::kAutoAugmentImageNet, height, width);
   const PolicyStep* policy = kImageNetPolicy[draw_index(rng, std::size(kImageNetPolicy))];
@@ -121,7 +122,7 @@ void auto_augment_imagenet(uint8_t* rgb, int height, int width, std::mt19937_64&
     for (const OpMagnitudes& entry : ops)
       if (entry.op == step.op) {
         const double magnitude = signed_magnitude(entry, std::max(step.bin, 0), rng);
-        apply_augment_op(step.op, magnitude, rgb, height, width);
+        apply_augment_op(step.op, magnitude, rgb, height, width, interpolation);
         break;
       }
   }
@@ -185,7 +186,8 @@ void apply_augment_policy(const AugmentPolicyOptions& options, uint8_t* rgb, int
       const std::vector<OpMagnitudes> ops = augmentation_space(options.policy, height, width);
       const OpMagnitudes& entry = ops[draw_index(rng, ops.size())];
       const int bin = entry.bins.empty() ? 0 : draw_index(rng, entry.bins.size());
-      apply_augment_op(entry.op, signed_magnitude(entry, bin, rng), rgb, height, width);
+      apply_augment_op(entry.op, signed_magnitude(entry, bin, rng), rgb, height, width,
+                       options.interpolation);
       break;
     }
     case AutoAugmentPolicy::kRandAugment: {
@@ -193,12 +195,12 @@ void apply_augment_policy(const AugmentPolicyOptions& options, uint8_t* rgb, int
       for (int i = 0; i < options.randaugment_num_ops; ++i) {
         const OpMagnitudes& entry = ops[draw_index(rng, ops.size())];
         const double magnitude = signed_magnitude(entry, options.randaugment_magnitude, rng);
-        apply_augment_op(entry.op, magnitude, rgb, height, width);
+        apply_augment_op(entry.op, magnitude, rgb, height, width, options.interpolation);
       }
       break;
     }
     case AutoAugmentPolicy::kAutoAugmentImageNet:
-      auto_augment_imagenet(rgb, height, width, rng);
+      auto_augment_imagenet(rgb, height, width, options.interpolation, rng);
       break;
   }
   // torchvision's RandomErasing: `if torch.rand(1) < p`, after Normalize with value 0. Erasing

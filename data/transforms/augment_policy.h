@@ -24,6 +24,7 @@ struct AugmentPolicyOptions {
   int randaugment_num_ops = 2;    // RandAugment: ops applied one after the other
   int randaugment_magnitude = 9;  // RandAugment: the magnitude bin, of 31 (0..30)
   double random_erasing = 0;      // probability of erasing one rectangle; 0: never
+  Interpolation interpolation = Interpolation::kNearest;  // of the geometric ops
 };
 
 // One op of a policy's augmentation space: its magnitude per bin, as torchvision's float32 tables
