@@ -156,6 +156,11 @@ void validate_training_length_and_loss(const Config& c) {
   check(c.ema_decay == 0 || c.ema_half_life_images == 0, "ema_half_life_images",
         c.ema_half_life_images, "and ema_decay set the same thing: set one of them, the other 0");
   check(c.ema_every_steps >= 1, "ema_every_steps", c.ema_every_steps, "must be >= 1");
+  const bool ema_on = c.ema_decay > 0 || c.ema_half_life_images > 0;
+  const std::string needs_ema = "needs an EMA: set ema_decay or ema_half_life_images";
+  check(ema_on || !c.ema_warmup_reset, "ema_warmup_reset", "true", needs_ema);
+  check(ema_on || c.ema_buffers == EmaBuffers::kCopy, "ema_buffers", name_of(c.ema_buffers),
+        needs_ema);
 }
 
 // The optimizer, the LR schedule and loss scaling.
