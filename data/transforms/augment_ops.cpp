@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 namespace trainer {
@@ -166,27 +167,46 @@ inline float round_half_even(float v) {
   return (v + kShift) - kShift;
 }
 
-// Resamples with the centred-frame inverse matrix `m`, nearest, outside filled with 0, in
-// torch's float32 steps (affine_image, _affine_grid, grid_sample with align_corners=False):
+// The source point of each output pixel for the centred-frame inverse matrix `m`, in torch's
+// float32 steps (affine_image, _affine_grid, grid_sample with align_corners=False):
 // theta = float(m) / (w/2, h/2); at the pixel centre (x, y) = (j - (w-1)/2, i - (h-1)/2) the
-// normalised source is (x t00 + y t01) + t02, unnormalised to ((g + 1) w - 1) / 2 and rounded half
-// to even. The order and the separate roundings decide the pixels whose source lies on a half
-// (a shear of 0.6 about the corner puts a fifth of the rows there), so this file is compiled
-// without contracting a * b + c into one fused operation (data/CMakeLists.txt). cv::warpAffine
-// rounds half up in 1/1024-pixel fixed point instead: 7-8% of the pixels off on that shear.
+// normalised source is (x t00 + y t01) + t02, unnormalised to ((g + 1) w - 1) / 2. The order and
+// the separate roundings decide the pixels whose source lies on a half (a shear of 0.6 about the
+// corner puts a fifth of the rows there), so this file is compiled without contracting a * b + c
+// into one fused operation (data/CMakeLists.txt).
+class SourcePoints {
+ public:
+  SourcePoints(int height, int width, const std::array<double, 6>& m)
+      : height_(height), width_(width) {
+    const float half_w = 0.5f * float(width), half_h = 0.5f * float(height);
+    t00_ = float(m[0]) / half_w, t01_ = float(m[1]) / half_w, t02_ = float(m[2]) / half_w;
+    t10_ = float(m[3]) / half_h, t11_ = float(m[4]) / half_h, t12_ = float(m[5]) / half_h;
+  }
+  // The source (x, y) of output pixel (i, j), in source pixels.
+  std::pair<float, float> at(int i, int j) const {
+    const float y = float(i) - 0.5f * float(height_ - 1);
+    const float x = float(j) - 0.5f * float(width_ - 1);
+    const float gx = (x * t00_ + y * t01_) + t02_, gy = (x * t10_ + y * t11_) + t12_;
+    return {((gx + 1.0f) * float(width_) - 1.0f) / 2.0f,
+            ((gy + 1.0f) * float(height_) - 1.0f) / 2.0f};
+  }
+
+ private:
+  int height_, width_;
+  float t00_, t01_, t02_, t10_, t11_, t12_;
+};
+
+// Nearest, outside filled with 0: the source point rounded half to even, as grid_sample does.
+// cv::warpAffine rounds half up in 1/1024-pixel fixed point instead: 7-8% of the pixels off on a
+// shear of 0.6.
 void warp_nearest(uint8_t* rgb, int height, int width, const std::array<double, 6>& m) {
-  const float half_w = 0.5f * float(width), half_h = 0.5f * float(height);
-  const float t00 = float(m[0]) / half_w, t01 = float(m[1]) / half_w, t02 = float(m[2]) / half_w;
-  const float t10 = float(m[3]) / half_h, t11 = float(m[4]) / half_h, t12 = float(m[5]) / half_h;
+  const SourcePoints points(height, width, m);
   const std::vector<uint8_t> source(rgb, rgb + size_t(3) * height * width);
   std::vector<int> from(width);  // a row's source pixel indices; -1: outside
   for (int i = 0; i < height; ++i) {
-    const float y = float(i) - 0.5f * float(height - 1);
     for (int j = 0; j < width; ++j) {  // branch-free, so that it vectorises
-      const float x = float(j) - 0.5f * float(width - 1);
-      const float gx = (x * t00 + y * t01) + t02, gy = (x * t10 + y * t11) + t12;
-      const float sx = round_half_even(((gx + 1.0f) * float(width) - 1.0f) / 2.0f);
-      const float sy = round_half_even(((gy + 1.0f) * float(height) - 1.0f) / 2.0f);
+      const auto [px, py] = points.at(i, j);
+      const float sx = round_half_even(px), sy = round_half_even(py);
       const bool inside = (sx >= 0) & (sx < float(width)) & (sy >= 0) & (sy < float(height));
       const int index = int(sy) * width + int(sx);
       from[j] = inside ? index : -1;
@@ -203,27 +223,21 @@ void warp_nearest(uint8_t* rgb, int height, int width, const std::array<double, 
   }
 }
 
-// Bilinear, as grid_sample's CPU kernel computes it in float32 on the source (x, y) found as above:
-// the four neighbours, those outside read as 0 (zeros padding), weighted by the distances to the
+// Bilinear, as grid_sample's CPU kernel computes it in float32 at the same source points: the
+// four neighbours, those outside read as 0 (zeros padding), weighted by the distances to the
 // opposite sides and summed north-west, north-east, south-west, south-east in that order, then
 // rounded half to even (torchvision's round_ before the cast back to uint8).
 void warp_bilinear(uint8_t* rgb, int height, int width, const std::array<double, 6>& m) {
-  const float half_w = 0.5f * float(width), half_h = 0.5f * float(height);
-  const float t00 = float(m[0]) / half_w, t01 = float(m[1]) / half_w, t02 = float(m[2]) / half_w;
-  const float t10 = float(m[3]) / half_h, t11 = float(m[4]) / half_h, t12 = float(m[5]) / half_h;
+  const SourcePoints points(height, width, m);
   const std::vector<uint8_t> source(rgb, rgb + size_t(3) * height * width);
   const auto pixel = [&](int y, int x) -> const uint8_t* {  // nullptr: outside
     const bool inside = x >= 0 && x < width && y >= 0 && y < height;
     return inside ? source.data() + (size_t(y) * width + x) * 3 : nullptr;
   };
   for (int i = 0; i < height; ++i) {
-    const float y = float(i) - 0.5f * float(height - 1);
     uint8_t* out = rgb + size_t(i) * width * 3;
     for (int j = 0; j < width; ++j, out += 3) {
-      const float x = float(j) - 0.5f * float(width - 1);
-      const float gx = (x * t00 + y * t01) + t02, gy = (x * t10 + y * t11) + t12;
-      const float ix = ((gx + 1.0f) * float(width) - 1.0f) / 2.0f;
-      const float iy = ((gy + 1.0f) * float(height) - 1.0f) / 2.0f;
+      const auto [ix, iy] = points.at(i, j);
       const float x_w = std::floor(ix), y_n = std::floor(iy);
       const float w = ix - x_w, e = 1.0f - w, n = iy - y_n, s = 1.0f - n;
       const float weights[4] = {s * e, s * w, n * e, n * w};  // nw, ne, sw, se

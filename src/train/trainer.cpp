@@ -233,9 +233,10 @@ void Trainer::add_class_counts(const at::Tensor& class_counts, EvalResult& resul
 void Trainer::sync_buffers() {
   if (!group_ || group_->size() == 1) return;
   broadcast_from_rank0(model_->buffers(), *group_, "the broadcast of rank 0's BN statistics");
-  if (ema_ && !ema_->rank_local_buffers().empty())
-    broadcast_from_rank0(ema_->rank_local_buffers(), *group_,
-                         "the broadcast of rank 0's averaged BN statistics");
+  const std::vector<at::Tensor> averaged =
+      ema_ ? ema_->rank_local_buffers() : std::vector<at::Tensor>{};
+  if (!averaged.empty())
+    broadcast_from_rank0(averaged, *group_, "the broadcast of rank 0's averaged BN statistics");
 }
 
 double Trainer::last_step_compute_ms() const {

@@ -53,9 +53,10 @@ void WeightAverage::update(int64_t step, bool copy) {
   at::NoGradGuard no_grad;
   // lerp: average + (1 - decay) (weights - average) = decay average + (1 - decay) weights.
   at::_foreach_lerp_(average_tensors_, model_tensors_, 1.0 - decay_);
-  if (buffers_ == EmaBuffers::kAverage) copy_buffers();  // the batch counter
 }
 
+// The model's buffers that the average does not average: all in `copy` mode, the batch counter
+// in `average` mode.
 void WeightAverage::copy_buffers() {
   at::NoGradGuard no_grad;
   const auto from = model_->buffers();
@@ -70,12 +71,12 @@ std::vector<at::Tensor> WeightAverage::rank_local_buffers() {
 }
 
 ResNet& WeightAverage::model_for_evaluation() {
-  if (buffers_ == EmaBuffers::kCopy) copy_buffers();
+  copy_buffers();
   return average_;
 }
 
 TensorMap WeightAverage::state() {
-  if (buffers_ == EmaBuffers::kCopy) copy_buffers();
+  copy_buffers();
   return state_dict(*average_);
 }
 
