@@ -100,7 +100,9 @@ void add_options(CLI::App& app, Config& c) {
   add("Data", "reader_threads", c.reader_threads, "tfrecord: file reader threads per rank");
   add("Data", "decode_threads", c.decode_threads, "tfrecord: decode threads; 0: cores/ranks");
   add("Data", "prefetch_batches", c.prefetch_batches, "tfrecord: batches decoded ahead");
-  add("Data", "shuffle_buffer", c.shuffle_buffer, "tfrecord: shuffle buffer, records");
+  add("Data", "shuffle_buffer", c.shuffle_buffer, "tfrecord: shuffle buffer, records (global)");
+  add_choice("Data", "epoch_order", c.epoch_order,
+             "tfrecord training: global | by_node (each node's records the same every epoch)");
   add("Data", "index_cache_dir", c.index_cache_dir, "tfrecord: index files for read-only data");
   add("Data", "class_names_file", c.class_names_file,
       "class names, one 'WNID words' per line; \"\": synsets.txt beside the data");

@@ -80,7 +80,10 @@ struct Config {
   int64_t decode_threads = 0;       // decode/augment threads per rank; 0: cores / local ranks
   // Decoded batches held ready ahead of the trainer: the source's own default.
   int64_t prefetch_batches = TFRecordSourceOptions{}.prefetch_batches;
-  int64_t shuffle_buffer = 1024;  // records mixed across read blocks (training)
+  int64_t shuffle_buffer = 1024;  // records mixed across read blocks (training, global order)
+  // global: one shuffled order; by_node: each node reads the same records every epoch, which its
+  // page cache keeps (Note [Records by node] in data/sources/epoch_plan.h).
+  EpochOrder epoch_order = EpochOrder::kGlobal;
   std::string index_cache_dir = "/tmp/resnet-trainer-index";  // index files when data is read-only
   // The classes' names in label order (data/datasets/class_names.h), kept in checkpoints and
   // checked against them; "": synsets.txt, else label.labels.txt, beside train_data's files, else
@@ -223,6 +226,7 @@ const std::vector<ChoiceName<GradAverage>>& choice_names(GradAverage);
 const std::vector<ChoiceName<GradCompression>>& choice_names(GradCompression);
 const std::vector<ChoiceName<EmaBuffers>>& choice_names(EmaBuffers);
 const std::vector<ChoiceName<Interpolation>>& choice_names(Interpolation);
+const std::vector<ChoiceName<EpochOrder>>& choice_names(EpochOrder);
 
 template <typename Choice>
 std::string name_of(Choice value) {

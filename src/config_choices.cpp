@@ -59,6 +59,11 @@ const std::vector<ChoiceName<Interpolation>>& choice_names(Interpolation) {
       {Interpolation::kNearest, "nearest"}, {Interpolation::kBilinear, "bilinear"}};
   return names;
 }
+const std::vector<ChoiceName<EpochOrder>>& choice_names(EpochOrder) {
+  static const std::vector<ChoiceName<EpochOrder>> names = {{EpochOrder::kGlobal, "global"},
+                                                            {EpochOrder::kByNode, "by_node"}};
+  return names;
+}
 const std::vector<ChoiceName<LossKind>>& choice_names(LossKind) {
   static const std::vector<ChoiceName<LossKind>> names = {
       {LossKind::kCrossEntropy, "cross_entropy"}, {LossKind::kBce, "bce"}};

@@ -48,6 +48,7 @@ std::unique_ptr<BatchSource> make_tfrecord_source(const Config& config, c10::Dev
                                                : std::max(1, cores / local_size);
   o.prefetch_batches = config.prefetch_batches;
   o.shuffle_buffer = config.shuffle_buffer;
+  o.epoch_order = config.epoch_order;
   o.index_cache_dir = config.index_cache_dir;
   o.fail_on_bad_record = config.bad_record_policy == BadRecordPolicy::kFail;
   o.max_bad_fraction = config.max_bad_fraction;

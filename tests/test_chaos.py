@@ -544,7 +544,8 @@ class Run:
             settings.update(data_source="tfrecord", train_data=f"{self.data}/train-*",
                             val_data=f"{self.data}/validation-*", val_resize=s.image_size + 4,
                             decode_threads=1, reader_threads=1, prefetch_batches=s.prefetch,
-                            shuffle_buffer=random.Random(s.seed).choice([4, 64, 1024]))
+                            shuffle_buffer=random.Random(s.seed).choice([4, 64, 1024]),
+                            epoch_order=random.Random(s.seed + 1).choice(["global", "by_node"]))
         else:
             settings.update(data_source="generated", generated_classes=s.classes,
                             generated_train_images=s.records, generated_val_images=s.val_images)

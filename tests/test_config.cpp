@@ -217,6 +217,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{{"--ema_buffers", "average"}, "ema_buffers"},
         BadValue{{"--ema_buffers", "mean", "--ema_decay", "0.9"}, "ema_buffers"},
         BadValue{{"--augment_interpolation", "bicubic"}, "augment_interpolation"},
+        BadValue{{"--epoch_order", "random"}, "epoch_order"},
+        BadValue{{"--epoch_order", "by_node", "--data_source", "generated"}, "epoch_order"},
         BadValue{{"--ema_decay", "1"}, "ema_decay"},
         BadValue{{"--ema_half_life_images", "-5"}, "ema_half_life_images"},
         BadValue{{"--ema_decay", "0.999", "--ema_half_life_images", "1e6"}, "ema_half_life_images"},

@@ -33,7 +33,7 @@ def test_recipe_cites_its_source_and_reads_the_p3_data(recipe):
         assert label in header, f"{recipe.name}: the header has no '{label}' line"
     assert "top-1" in header
     config = load(recipe)
-    for key in ("data_source", "train_data", "val_data"):
+    for key in ("data_source", "train_data", "val_data", "epoch_order"):
         assert config[key] == P3[key], f"{recipe.name}: {key} differs from p3.16xlarge.toml"
     assert config["output_dir"] == f"/fsx/runs/recipe-{recipe.stem}"
     # One node of 8 GPUs must fit in the step, so the step is the source's on any node count.

@@ -1,9 +1,12 @@
 // Sharding and shuffling of TFRecord epochs: equal steps on every rank and every record trained
 // once per epoch for world sizes 1..8 and uneven files, also across resumes at other world sizes;
-// determinism per seed, a new order each epoch, reads that stay contiguous.
+// determinism per seed, a new order each epoch, reads that stay contiguous; the by-node order
+// keeps each node's records from epoch to epoch and draws every step from all its groups.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
+#include <numeric>
 #include <set>
 
 #include "data/sources/epoch_plan.h"
@@ -22,25 +25,29 @@ std::vector<int64_t> first_steps(const std::vector<int64_t>& plan, int64_t batch
   return std::vector<int64_t>(plan.begin(), plan.begin() + n);
 }
 
+const EpochOrder kOrders[] = {EpochOrder::kGlobal, EpochOrder::kByNode};
+
 TEST(EpochPlan, TrainingStepsTrainEveryRecordOnceForWorldSizes1To8) {
   const RecordTable table(kCounts);
   for (int world = 1; world <= 8; ++world) {
     for (int64_t batch : {1, 4, 7}) {
-      std::multiset<int64_t> seen;
-      for (int rank = 0; rank < world; ++rank) {
-        PlanOptions o{true, 7, batch, 16, 8, rank, world};
-        const auto plan = rank_plan(table, o, 3);
-        // Full steps, then the rank's share of the short last one (possibly empty).
-        const int64_t steps = steps_left(table.total(), 0, batch * world);
-        const int64_t last =
-            step_samples(table.total(), (steps - 1) * batch * world, batch * world);
-        ASSERT_EQ(static_cast<int64_t>(plan.size()),
-                  (steps - 1) * batch + share_of(last, batch, rank, world).count)
-            << world << " " << batch;
-        seen.insert(plan.begin(), plan.end());
+      for (EpochOrder order : kOrders) {
+        std::multiset<int64_t> seen;
+        for (int rank = 0; rank < world; ++rank) {
+          PlanOptions o{true, 7, batch, 16, 8, rank, world, order};
+          const auto plan = rank_plan(table, o, 3);
+          // Full steps, then the rank's share of the short last one (possibly empty).
+          const int64_t steps = steps_left(table.total(), 0, batch * world);
+          const int64_t last =
+              step_samples(table.total(), (steps - 1) * batch * world, batch * world);
+          ASSERT_EQ(static_cast<int64_t>(plan.size()),
+                    (steps - 1) * batch + share_of(last, batch, rank, world).count)
+              << world << " " << batch;
+          seen.insert(plan.begin(), plan.end());
+        }
+        ASSERT_EQ(static_cast<int64_t>(seen.size()), table.total()) << world << " " << batch;
+        for (int64_t r = 0; r < table.total(); ++r) ASSERT_EQ(seen.count(r), 1u) << "record " << r;
       }
-      ASSERT_EQ(static_cast<int64_t>(seen.size()), table.total()) << world << " " << batch;
-      for (int64_t r = 0; r < table.total(); ++r) ASSERT_EQ(seen.count(r), 1u) << "record " << r;
     }
   }
 }
@@ -53,18 +60,20 @@ TEST(EpochPlan, ResizedRunsTrainEveryRecordOnce) {
     int world;
     int64_t batch, steps;
   };
-  std::multiset<int64_t> seen;
-  int64_t position = 0;
-  for (const Leg& leg : {Leg{2, 4, 5}, Leg{3, 4, 4}, Leg{1, 5, 1000}}) {
-    for (int rank = 0; rank < leg.world; ++rank) {
-      PlanOptions o{true, 7, leg.batch, 16, 8, rank, leg.world};
-      const auto taken = first_steps(rank_plan(table, o, 2, position), leg.batch, leg.steps);
-      seen.insert(taken.begin(), taken.end());
+  for (EpochOrder order : kOrders) {
+    std::multiset<int64_t> seen;
+    int64_t position = 0;
+    for (const Leg& leg : {Leg{2, 4, 5}, Leg{3, 4, 4}, Leg{1, 5, 1000}}) {
+      for (int rank = 0; rank < leg.world; ++rank) {
+        PlanOptions o{true, 7, leg.batch, 16, 8, rank, leg.world, order};
+        const auto taken = first_steps(rank_plan(table, o, 2, position), leg.batch, leg.steps);
+        seen.insert(taken.begin(), taken.end());
+      }
+      position = std::min(table.total(), position + leg.steps * leg.batch * leg.world);
     }
-    position = std::min(table.total(), position + leg.steps * leg.batch * leg.world);
+    ASSERT_EQ(static_cast<int64_t>(seen.size()), table.total());
+    for (int64_t r = 0; r < table.total(); ++r) EXPECT_EQ(seen.count(r), 1u) << "record " << r;
   }
-  ASSERT_EQ(static_cast<int64_t>(seen.size()), table.total());
-  for (int64_t r = 0; r < table.total(); ++r) EXPECT_EQ(seen.count(r), 1u) << "record " << r;
 }
 
 TEST(EpochPlan, SameWorldSizeResumeRepeatsTheSteps) {
@@ -168,6 +177,87 @@ TEST(EpochPlan, ShuffleBufferMixesAcrossBlocks) {
   };
   EXPECT_EQ(blocks_in_first_100(no_buffer), 1u);
   EXPECT_GT(blocks_in_first_100(buffer), 1u);
+}
+
+// The records the `ranks_per_node` consecutive ranks of node `node` train in `epoch`.
+std::set<int64_t> node_records(const RecordTable& table, PlanOptions o, int64_t epoch, int node,
+                               int ranks_per_node) {
+  std::set<int64_t> records;
+  for (int r = 0; r < ranks_per_node; ++r) {
+    o.rank = node * ranks_per_node + r;
+    const auto plan = rank_plan(table, o, epoch);
+    records.insert(plan.begin(), plan.end());
+  }
+  return records;
+}
+
+// Of the records `node` trains in epoch 1, the fraction it trained in epoch 0 too: what its page
+// cache serves, the rest coming from the shared file system.
+double fraction_read_before(const RecordTable& table, const PlanOptions& o, int node,
+                            int ranks_per_node) {
+  const auto before = node_records(table, o, 0, node, ranks_per_node);
+  const auto now = node_records(table, o, 1, node, ranks_per_node);
+  const auto again =
+      std::count_if(now.begin(), now.end(), [&](int64_t r) { return before.count(r); });
+  return static_cast<double>(again) / static_cast<double>(now.size());
+}
+
+TEST(EpochPlan, ByNodeOrderKeepsEachNodesRecordsFromEpochToEpoch) {
+  // ImageNet's shape, smaller: 96 files of 250 records, read in blocks of 64; 4 ranks a node of
+  // 8 or 32 images each (steps of 64 to 2,560). The by-node order gives a node at least 96% of
+  // what it read the epoch before (all but records near its ranks' boundaries), also where the
+  // node count does not divide kNodeGroups (7) and where a step holds fewer records than there
+  // are groups; the global order gives a node in the middle of the ranks mostly new records.
+  const RecordTable table(std::vector<int64_t>(96, 250));
+  const int ranks_per_node = 4;
+  for (int nodes : {2, 5, 7, 20}) {
+    for (int64_t batch : {8, 32}) {
+      PlanOptions o{true, 11, batch, 1024, 64, 0, nodes * ranks_per_node, EpochOrder::kByNode};
+      for (int node : {0, nodes / 2, nodes - 1})
+        EXPECT_GE(fraction_read_before(table, o, node, ranks_per_node), 0.96)
+            << nodes << " nodes of batch " << batch << ", node " << node;
+      if (nodes >= 5) {
+        o.order = EpochOrder::kGlobal;
+        EXPECT_LE(fraction_read_before(table, o, nodes / 2, ranks_per_node), 0.75)
+            << nodes << " nodes of batch " << batch;
+      }
+    }
+  }
+}
+
+TEST(EpochPlan, ByNodeOrderDrawsEveryStepFromAllGroups) {
+  // Any kNodeGroups consecutive positions of the order hold one record of every group (but at the
+  // epoch's end, where the smaller groups have run out): a step mixes the whole data set.
+  const RecordTable table({300, 0, 4000, 17, 2000, 2500});
+  PlanOptions o{true, 5, 16, 0, 64, 0, 1, EpochOrder::kByNode};
+  const auto order = global_order(table, o, 3);
+  const int64_t total = table.total();
+  auto group_of = [&](int64_t record) {  // groups [g T / G, (g + 1) T / G)
+    int64_t g = record * kNodeGroups / total;
+    while ((g + 1) * total / kNodeGroups <= record) ++g;
+    while (g * total / kNodeGroups > record) --g;
+    return g;
+  };
+  const int64_t full_rounds = total / kNodeGroups;
+  for (int64_t start = 0; start + kNodeGroups <= full_rounds * kNodeGroups; start += 97) {
+    std::set<int64_t> groups;
+    for (int64_t p = start; p < start + kNodeGroups; ++p) groups.insert(group_of(order[p]));
+    ASSERT_EQ(static_cast<int64_t>(groups.size()), kNodeGroups) << "from position " << start;
+  }
+  // Each group reads its pieces (a file's block of 64 records) one after another, so the rank
+  // that reads the group reads whole blocks.
+  for (int64_t g : {int64_t{0}, kNodeGroups / 2, kNodeGroups - 1}) {
+    std::vector<std::pair<int, int64_t>> blocks;  // (file, block) of each of the group's records
+    for (int64_t record : order)
+      if (group_of(record) == g) {
+        const int f = table.file_of(record);
+        blocks.emplace_back(f, (record - table.first_record[f]) / 64);
+      }
+    const auto changes = std::inner_product(blocks.begin() + 1, blocks.end(), blocks.begin(), 0,
+                                            std::plus<>(), std::not_equal_to<>());
+    EXPECT_EQ(changes + 1, static_cast<int>(std::set(blocks.begin(), blocks.end()).size()))
+        << "group " << g;
+  }
 }
 
 TEST(EpochPlan, FileOf) {

@@ -55,6 +55,55 @@ std::vector<int64_t> apply_shuffle_buffer(const std::vector<int64_t>& stream, in
   return out;
 }
 
+// Records [first, end) cut at the block boundaries of their files: [begin, end) pieces.
+std::vector<std::pair<int64_t, int64_t>> pieces_of(const RecordTable& table, int64_t first,
+                                                   int64_t end, int64_t block) {
+  std::vector<std::pair<int64_t, int64_t>> pieces;
+  for (int64_t r = first; r < end;) {
+    const int f = table.file_of(r);
+    const int64_t file_first = table.first_record[f];
+    const int64_t block_end = file_first + ((r - file_first) / block + 1) * block;
+    const int64_t piece_end = std::min({end, table.first_record[f + 1], block_end});
+    pieces.emplace_back(r, piece_end);
+    r = piece_end;
+  }
+  return pieces;
+}
+
+// The by-node order of an epoch: Note [Records by node].
+std::vector<int64_t> by_node_order(const RecordTable& table, const PlanOptions& o,
+                                   std::mt19937_64& rng) {
+  const int64_t total = table.total(), groups = std::min(kNodeGroups, total);
+  const int64_t block = std::max<int64_t>(1, o.block_records);
+  std::vector<std::vector<int64_t>> streams(static_cast<size_t>(groups));
+  for (int64_t g = 0; g < groups; ++g) {
+    auto pieces = pieces_of(table, g * total / groups, (g + 1) * total / groups, block);
+    shuffle(pieces, rng);
+    for (const auto& [begin, end] : pieces) {
+      std::vector<int64_t> records(static_cast<size_t>(end - begin));
+      std::iota(records.begin(), records.end(), begin);
+      shuffle(records, rng);
+      streams[g].insert(streams[g].end(), records.begin(), records.end());
+    }
+  }
+  // Each round takes the groups in bit-reversed order: any run of positions, a step whatever its
+  // size, then holds records spread evenly over the groups, and so over the ranks' id ranges.
+  std::vector<int64_t> visit;
+  int bits = 0;
+  while ((int64_t{1} << bits) < groups) ++bits;
+  for (int64_t i = 0; i < (int64_t{1} << bits); ++i) {
+    int64_t reversed = 0;
+    for (int b = 0; b < bits; ++b) reversed |= ((i >> b) & 1) << (bits - 1 - b);
+    if (reversed < groups) visit.push_back(reversed);
+  }
+  std::vector<int64_t> order;
+  order.reserve(static_cast<size_t>(total));
+  for (size_t i = 0; static_cast<int64_t>(order.size()) < total; ++i)
+    for (int64_t g : visit)
+      if (i < streams[g].size()) order.push_back(streams[g][i]);
+  return order;
+}
+
 }  // namespace
 
 std::vector<int64_t> global_order(const RecordTable& table, const PlanOptions& o, int64_t epoch) {
@@ -65,6 +114,7 @@ std::vector<int64_t> global_order(const RecordTable& table, const PlanOptions& o
     return order;
   }
   std::mt19937_64 rng(mix_seed(o.seed, static_cast<uint64_t>(epoch)));
+  if (o.order == EpochOrder::kByNode) return by_node_order(table, o, rng);
   const int files = static_cast<int>(table.first_record.size()) - 1;
   std::vector<int> file_order(files);
   std::iota(file_order.begin(), file_order.end(), 0);

@@ -121,7 +121,7 @@ void TFRecordSource::start_epoch(int64_t epoch, int64_t position) {
   RecordTable table({});
   table.first_record = first_record_;
   PlanOptions plan{o.training,      o.seed, o.batch_size, o.shuffle_buffer,
-                   o.block_records, o.rank, o.world_size};
+                   o.block_records, o.rank, o.world_size, o.epoch_order};
   TORCH_INTERNAL_ASSERT(o.training || position == 0, "evaluation always starts at 0");
   e->plan = rank_plan(table, plan, epoch, position);
   const int64_t b = o.batch_size, planned = static_cast<int64_t>(e->plan.size());

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "data/formats/tfrecord/image_example.h"
+#include "data/sources/epoch_plan.h"
 #include "data/sources/image_size_schedule.h"
 #include "data/transforms/augment.h"
 
@@ -34,8 +35,11 @@ struct TFRecordSourceOptions {
   bool pin_memory = false;  // batches in pinned memory, for asynchronous copies to a GPU
   int reader_threads = 2;
   int decode_threads = 1;
-  int64_t prefetch_batches = 3;     // decoded batches ready ahead of the consumer (the one default)
-  int64_t shuffle_buffer = 1024;    // records (training)
+  int64_t prefetch_batches = 3;   // decoded batches ready ahead of the consumer (the one default)
+  int64_t shuffle_buffer = 1024;  // records (training, global order)
+  // Training: one global order, or each node's records the same every epoch (Note [Records by
+  // node] in data/sources/epoch_plan.h).
+  EpochOrder epoch_order = EpochOrder::kGlobal;
   int64_t block_records = 64;       // records per read; ImageNet: ~7 MB
   std::string index_cache_dir;      // where index files go when the data folder is read-only
   bool fail_on_bad_record = false;  // false: skip (and count) bad records

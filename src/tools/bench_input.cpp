@@ -1,11 +1,14 @@
 // bench-input: the input pipeline alone (no model) on given TFRecord files: images/s in total and
 // per decode thread, for the training and evaluation transforms, to size threads per GPU; the
 // training transform with each augmentation policy and random-erasing probability asked for.
+// With --epochs: whole training epochs of one rank instead, each with the bytes it had read from
+// storage, to see what a node's page cache serves under each epoch_order.
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <string>
 
@@ -77,6 +80,45 @@ void run_row(trainer::TFRecordSourceOptions run, const std::string& mode, const 
   std::fflush(stdout);
 }
 
+// Bytes this process has had fetched from storage, page-cache hits not counted (read_bytes of
+// /proc/self/io; -1 where the kernel does not account it).
+int64_t storage_read_bytes() {
+  std::ifstream io("/proc/self/io");
+  std::string key;
+  int64_t value = 0;
+  while (io >> key >> value)
+    if (key == "read_bytes:") return value;
+  return -1;
+}
+
+// Whole training epochs of rank o.rank of o.world_size: one row each, timed from the epoch's
+// start (the first from the source's construction, which starts it) to its last batch.
+void run_epochs(trainer::TFRecordSourceOptions o, int epochs, int threads) {
+  o.training = true;
+  o.decode_threads = threads;
+  std::printf("%-6s %8s %10s %12s %22s %12s\n", "epoch", "images", "seconds", "images/s",
+              "MB read from storage", "KB/image");
+  int64_t read_before = storage_read_bytes();
+  auto start = std::chrono::steady_clock::now();
+  trainer::TFRecordSource source(o);
+  for (int epoch = 0; epoch < epochs; ++epoch) {
+    if (epoch > 0) {
+      read_before = storage_read_bytes();
+      start = std::chrono::steady_clock::now();
+      source.start_epoch(epoch);
+    }
+    int64_t images = 0;
+    while (source.batches_left() > 0) images += source.next_batch().images.size(0);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double read = static_cast<double>(storage_read_bytes() - read_before);
+    std::printf("%-6d %8lld %10.2f %12.1f %22.1f %12.1f\n", epoch + 1,
+                static_cast<long long>(images), seconds, static_cast<double>(images) / seconds,
+                read / 1e6, images ? read / 1e3 / static_cast<double>(images) : 0.0);
+    std::fflush(stdout);
+  }
+}
+
 // The files `inputs` name, their layout (the one `layout` names, or for auto their first
 // record's, detected once here as train detects it rather than by each measurement's source)
 // and its label base unless --label-offset gave one; printed above the table.
@@ -103,7 +145,8 @@ int main(int argc, char** argv) {
   std::vector<double> erasing = {0.0};           // the config's random_erasing
   trainer::TFRecordSourceOptions o;
   int64_t images = 2000, warmup = 1500;
-  std::string layout = "auto";
+  std::string layout = "auto", order = "global";
+  int epochs = 0;
   o.batch_size = 64;
   o.num_classes = 1000;
   app.add_option("inputs", inputs, "TFRecord files, globs or folders")->required();
@@ -137,8 +180,25 @@ int main(int argc, char** argv) {
                  "stored label of class 0; -1: the layout's (tensorflow 1, tfds 0)")
       ->capture_default_str();
   app.add_option("--index-cache-dir", o.index_cache_dir, "index cache")->capture_default_str();
+  app.add_option("--epochs", epochs,
+                 "instead of the table: this many whole training epochs of --rank, each with "
+                 "the bytes read from storage (first --threads value)")
+      ->capture_default_str();
+  app.add_option("--rank", o.rank, "--epochs: the rank measured")->capture_default_str();
+  app.add_option("--world-size", o.world_size, "--epochs: ranks in the job")->capture_default_str();
+  app.add_option("--epoch-order", order, "--epochs: global | by_node")->capture_default_str();
   return trainer::run_tool(app, argc, argv, [&] {
     set_files(inputs, layout, &o);
+    if (epochs > 0) {
+      USER_CHECK(order == "global" || order == "by_node", "--epoch-order ", order,
+                 " is not an order. Fix: use global or by_node");
+      USER_CHECK(o.world_size >= 1 && o.rank >= 0 && o.rank < o.world_size, "--rank ", o.rank,
+                 " of --world-size ", o.world_size, ". Fix: a rank in [0, world size)");
+      o.epoch_order =
+          order == "by_node" ? trainer::EpochOrder::kByNode : trainer::EpochOrder::kGlobal;
+      run_epochs(o, epochs, threads.front());
+      return 0;
+    }
     std::printf("%-6s %8s %-36s %12s %18s %16s\n", "mode", "threads", "augmentation", "images/s",
                 "images/s/thread", "images/cpu-s");
     for (const auto& mode : transforms) {
