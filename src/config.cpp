@@ -169,6 +169,9 @@ void add_options(CLI::App& app, Config& c) {
       "images per step at any world size (accumulation, or smaller micro-batches); 0: "
       "batch_size x ranks");
   add("Checkpoints", "eval_every_epochs", c.eval_every_epochs, "0: only at the end");
+  add("Checkpoints", "eval_flip", c.eval_flip, "evaluate the mean logits of image and mirror");
+  add("Checkpoints", "target_top1", c.target_top1,
+      "stop at the first evaluation with this top-1 %; 0: off");
   add("Checkpoints", "checkpoint_every_steps", c.checkpoint_every_steps, "0: every epoch end");
   add("Checkpoints", "keep_checkpoints", c.keep_checkpoints, "newest K kept");
   add("Checkpoints", "resume", c.resume, "auto | none | checkpoint path");

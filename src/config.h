@@ -162,7 +162,12 @@ struct Config {
   int64_t global_batch = 0;
 
   // Evaluation, checkpoints and logs.
-  int64_t eval_every_epochs = 1;       // also evaluated at the end; 0: only at the end
+  int64_t eval_every_epochs = 1;  // also evaluated at the end; 0: only at the end
+  // Evaluation scores the mean of the logits of each image and of its mirror (FFCV's lr_tta).
+  bool eval_flip = false;
+  // Top-1 percent at which training stops, at the first evaluation that reaches it (MLPerf's
+  // rule; the time to it is logged); 0: train all epochs.
+  double target_top1 = 0;
   int64_t checkpoint_every_steps = 0;  // 0: at the end of each epoch only
   int64_t keep_checkpoints = 3;        // newest K kept
   std::string resume = "auto";         // auto (newest in output_dir) | none | a checkpoint path

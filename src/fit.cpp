@@ -183,11 +183,14 @@ class TrainingLoop {
     }
     try {
       if (at_.eval_pending && val_) evaluate(at_.epoch - 1);  // stopped before it ran
-      while (at_.epoch < config_.epochs && at_.step < total_) {
+      if (at_.target_reached)
+        spdlog::info("target_top1 {}% was reached at step {}: nothing left to train",
+                     config_.target_top1, at_.step);
+      while (at_.epoch < config_.epochs && at_.step < total_ && !at_.target_reached) {
         announce_image_size(at_.epoch);
         train_.start_epoch(at_.epoch, at_.samples_in_epoch);
         const int64_t epoch = at_.epoch;
-        while (at_.epoch == epoch && at_.step < total_)
+        while (at_.epoch == epoch && at_.step < total_ && !at_.target_reached)
           if (!step()) return result_;
       }
     } catch (const StopRequested& stop) {
@@ -325,7 +328,27 @@ class TrainingLoop {
     eval_previewed_ = true;
     result_.final_eval = run_eval(trainer_, *val_, epoch, at_.step, metrics_);
     at_.eval_pending = false;
+    if (config_.target_top1 > 0 && !at_.target_reached &&
+        result_.final_eval.top1() >= config_.target_top1)
+      reached_target(epoch);
     metrics_.flush();
+  }
+
+  // MLPerf's rule: training ends at the first evaluation that reaches the target. The step's
+  // checkpoint follows (an evaluation comes at an epoch's end), and records it for a relaunch.
+  void reached_target(int64_t epoch) {
+    at_.target_reached = result_.target_reached = true;
+    const double seconds = seconds_since_process_start();
+    spdlog::info(
+        "target_top1 {}% reached: top-1 {:.2f}% at epoch {}, step {}; time to accuracy {:.1f} s "
+        "from this run's launch{}",
+        config_.target_top1, result_.final_eval.top1(), epoch + 1, at_.step, seconds,
+        steps_this_run_ < at_.step ? " (it resumed from a checkpoint: add the earlier runs')" : "");
+    metrics_.write("target", {{"epoch", epoch + 1},
+                              {"step", at_.step},
+                              {"top1", result_.final_eval.top1()},
+                              {"target_top1", config_.target_top1},
+                              {"seconds", seconds}});
   }
 
   // Markdown shows text indented by four spaces as it is.

@@ -11,10 +11,11 @@
 namespace trainer {
 
 struct FitResult {
-  int64_t steps = 0;        // optimisation steps completed, resumed ones included
-  bool stopped = false;     // a stop signal ended training early (a checkpoint was written)
-  EvalResult final_eval;    // the last evaluation (images == 0 without a validation source)
-  double final_loss = 0.0;  // mean loss of the last log interval
+  int64_t steps = 0;            // optimisation steps completed, resumed ones included
+  bool stopped = false;         // a stop signal ended training early (a checkpoint was written)
+  bool target_reached = false;  // an evaluation reached target_top1, which ended training
+  EvalResult final_eval;        // the last evaluation (images == 0 without a validation source)
+  double final_loss = 0.0;      // mean loss of the last log interval
 };
 
 // Trains `trainer` per `config` on `train`, evaluating on `val` when given (may be null), from

@@ -66,6 +66,7 @@ TrainerOptions trainer_options(const Config& c) {
   o.loss = {c.loss, c.label_smoothing};
   o.mixing = {c.mixup_alpha, c.cutmix_alpha};
   o.ema_decay = ema_decay_per_update(c);
+  o.eval_flip = c.eval_flip;
   o.ema_every_steps = c.ema_every_steps;
   o.ema_buffers = c.ema_buffers;
   o.world_size = c.world_size;

@@ -74,7 +74,7 @@ BASE_SEED = 1000
 DEFAULT_BUDGET_S = 240.0
 MIN_SCENARIOS = 5
 SAVED_KEYS = {"model", "optimizer", "loss_scale", "loss_scale_growth_tracker", "step", "epoch",
-               "samples_in_epoch", "eval_pending", "world_size", "global_batch",
+               "samples_in_epoch", "eval_pending", "target_reached", "world_size", "global_batch",
                "samples_per_epoch", "config"}
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMPI_MCA_btl_vader_single_copy_mechanism": "none", "OMP_NUM_THREADS": "1"}

@@ -87,9 +87,10 @@ def runs(photo_dataset, pretrained, tmp_path_factory):
     return out
 
 
-def torchvision_eval(state_dict, folder):
+def torchvision_eval(state_dict, folder, flip=False):
     """Top-1 and top-5 hits of torchvision's ResNet-18 over the held-out crops, preprocessed as
-    torchvision documents (PIL decode, resize, centre crop, normalise)."""
+    torchvision documents (PIL decode, resize, centre crop, normalise); with `flip`, of the sum
+    of each crop's logits and its mirror's (FFCV's lr_tta)."""
     net = torchvision.models.resnet18(num_classes=10)
     net.load_state_dict(state_dict, strict=True)
     net.eval()
@@ -100,7 +101,8 @@ def torchvision_eval(state_dict, folder):
     top1 = top5 = 0
     with torch.no_grad():
         for images, labels in torch.utils.data.DataLoader(data, batch_size=50):
-            best = net(images).topk(5, dim=1).indices
+            logits = net(images) + (net(images.flip(3)) if flip else 0)
+            best = logits.topk(5, dim=1).indices
             top1 += (best[:, 0] == labels).sum().item()
             top5 += (best == labels[:, None]).any(1).sum().item()
     return top1, top5, len(data)
@@ -157,6 +159,26 @@ def test_fine_tuned_checkpoint_loads_in_torchvision_and_evaluates_alike(runs, ph
         evaluations.append((evaluation["top1"], evaluation["top5"]))
     # The torchvision file and the checkpoint it came from evaluate exactly alike.
     assert evaluations[0] == evaluations[1]
+
+
+def test_flip_evaluation_is_torchvisions_flip_averaged_evaluation(runs, photo_dataset, tmp_path):
+    checkpoint = checkpoints(runs["finetuned"][0])[-1]
+    top1, top5, images = torchvision_eval(torch.load(checkpoint)["model"], photo_dataset["folder"],
+                                          flip=True)
+    out = tmp_path / "eval"
+    result = run_train("--evaluate_only", "true", "--eval_flip", "true", "--resume", checkpoint,
+                       "--arch", "resnet18", "--num_classes", 10, "--data_source", "tfrecord",
+                       "--val_data", photo_dataset["tfrecords"] / "validation-*", "--image_size",
+                       IMAGE_SIZE, "--val_resize", PHOTO_VAL_SIZE, "--batch_size", 16, "--device",
+                       "cpu", "--output_dir", out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    evaluation = events(out, "eval")[-1]
+    print(f"flip-averaged top-1: train {evaluation['top1']:.1f}%, torchvision "
+          f"{100 * top1 / images:.1f}% of {images}")
+    assert evaluation["images"] == images
+    # Decoders a level or two apart, as above.
+    assert abs(round(evaluation["top1"] * images / 100) - top1) <= images // 50
+    assert abs(round(evaluation["top5"] * images / 100) - top5) <= images // 50
 
 
 def test_a_restarted_run_resumes_instead_of_starting_again_from_init_weights(runs, pretrained,

@@ -10,6 +10,8 @@
 #include <sstream>
 
 #include "base/check.h"
+#include "data/datasets/generated_dataset.h"
+#include "data/sources/memory_source.h"
 #include "src/fit.h"
 #include "src/part_options.h"
 #include "src/sources.h"
@@ -101,6 +103,78 @@ TEST(Training, ResumeContinuesExactly) {
 
 // Note [Fixed global batch]: a global_batch that leaves fewer images per rank than batch_size
 // (a recipe on many nodes) shrinks the micro-batch to fit, and trains exactly as that batch_size.
+// The events of one kind in a run's metrics.jsonl, as lines.
+std::vector<std::string> metric_events(const Config& c, const std::string& kind) {
+  std::ifstream in(fs::path(c.output_dir) / "metrics.jsonl");
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);)
+    if (line.find("\"event\": \"" + kind + "\"") != std::string::npos) lines.push_back(line);
+  return lines;
+}
+
+double top1_of(const std::string& event) {
+  const auto at = event.find("\"top1\": ");
+  return std::stod(event.substr(at + 8));
+}
+
+TEST(Training, TargetTop1StopsAtTheFirstEvaluationThatReachesIt) {
+  Config c = small_config("target");
+  c.epochs = 8;  // 24 steps
+  c.target_top1 = 45;
+  Sources sources = make_sources(c, torch::kCPU);
+  FitResult result;
+  {
+    Trainer trainer(trainer_options(c), torch::kCPU);
+    fs::create_directories(c.output_dir);
+    MetricsLog metrics(fs::path(c.output_dir) / "metrics.jsonl");
+    result = fit(trainer, c, *sources.train, sources.val.get(), metrics);
+  }
+  ASSERT_TRUE(result.target_reached);
+  EXPECT_LT(result.steps, 24);
+  EXPECT_EQ(result.steps % 3, 0);  // at an epoch's end, where the evaluations are
+  const auto evals = metric_events(c, "eval");
+  ASSERT_EQ(static_cast<int64_t>(evals.size()), result.steps / 3);
+  for (size_t i = 0; i + 1 < evals.size(); ++i) EXPECT_LT(top1_of(evals[i]), 45.0) << evals[i];
+  EXPECT_GE(top1_of(evals.back()), 45.0);
+  const auto target = metric_events(c, "target");
+  ASSERT_EQ(target.size(), 1u);
+  EXPECT_NE(target[0].find("\"seconds\": "), std::string::npos) << target[0];
+  // A relaunch finds the run over: no step trained, no second time to accuracy.
+  const size_t logged = metric_events(c, "train").size();
+  Trainer again(trainer_options(c), torch::kCPU);
+  MetricsLog metrics(fs::path(c.output_dir) / "metrics.jsonl");
+  const FitResult relaunch = fit(again, c, *sources.train, sources.val.get(), metrics);
+  EXPECT_EQ(relaunch.steps, result.steps);
+  EXPECT_EQ(metric_events(c, "train").size(), logged);
+  EXPECT_EQ(metric_events(c, "target").size(), 1u);
+}
+
+TEST(Training, FlipEvaluationScoresAnImageAndItsMirrorAlike) {
+  // A model trained a little, evaluated on 200 noise images with random labels, where its answers
+  // are unsure, and on their mirrors. With eval_flip the two score the same, exactly (the same two
+  // logits added); one view scores them differently.
+  Config c = small_config("flip");
+  c.epochs = 1;
+  Sources sources = make_sources(c, torch::kCPU);
+  Trainer trained(trainer_options(c), torch::kCPU);
+  MetricsLog metrics("");
+  fit(trained, c, *sources.train, nullptr, metrics);
+  torch::manual_seed(3);
+  LabelledImages noise{torch::randint(0, 256, {200, c.image_size, c.image_size, 3}, torch::kByte),
+                       torch::randint(0, c.num_classes, {200}, torch::kLong)};
+  LabelledImages mirrored{noise.images.flip({2}).contiguous(), noise.labels};  // (N, H, W, 3): W
+  MemorySourceOptions eval_options{c.batch_size, /*training=*/false};
+  MemorySource plain(noise, eval_options), mirror(mirrored, eval_options);
+  c.eval_flip = true;
+  Trainer flip(trainer_options(c), torch::kCPU);
+  load_state_dict(*flip.model(), state_dict(*trained.model()));
+  const EvalResult a = flip.evaluate(plain), b = flip.evaluate(mirror);
+  EXPECT_EQ(a.top1_correct, b.top1_correct);
+  EXPECT_EQ(a.top5_correct, b.top5_correct);
+  const EvalResult one_view = trained.evaluate(plain), other_view = trained.evaluate(mirror);
+  EXPECT_NE(one_view.top1_correct, other_view.top1_correct);
+}
+
 TEST(Training, AGlobalBatchBelowBatchSizeShrinksTheMicroBatch) {
   Config shrunk = small_config("shrunk");
   shrunk.global_batch = 16;
@@ -158,7 +232,8 @@ TEST(Training, ResumeWithTheRecipeTechniquesContinuesExactly) {
 TEST(Checkpoint, RoundTripsEveryField) {
   Config c = small_config("roundtrip");
   Trainer trainer(trainer_options(c), torch::kCPU);
-  Checkpoint saved = trainer.checkpoint(Progress{/*step=*/7, /*epoch=*/2, /*samples_in_epoch=*/24});
+  Checkpoint saved = trainer.checkpoint(Progress{/*step=*/7, /*epoch=*/2, /*samples_in_epoch=*/24,
+                                                 /*eval_pending=*/true, /*target_reached=*/true});
   saved.samples_per_epoch = 64;
   const fs::path path = fs::path(c.output_dir) / "one.pt";
   save_checkpoint(saved, path);
@@ -166,6 +241,8 @@ TEST(Checkpoint, RoundTripsEveryField) {
   EXPECT_EQ(loaded.progress.step, 7);
   EXPECT_EQ(loaded.progress.epoch, 2);
   EXPECT_EQ(loaded.progress.samples_in_epoch, 24);
+  EXPECT_TRUE(loaded.progress.eval_pending);
+  EXPECT_TRUE(loaded.progress.target_reached);
   EXPECT_EQ(loaded.world_size, 1);
   EXPECT_EQ(loaded.global_batch, c.batch_size);
   EXPECT_EQ(loaded.samples_per_epoch, 64);

@@ -176,6 +176,7 @@ void save_checkpoint(const Checkpoint& checkpoint, const fs::path& path) {
   dict.insert("epoch", checkpoint.progress.epoch);
   dict.insert("samples_in_epoch", checkpoint.progress.samples_in_epoch);
   dict.insert("eval_pending", checkpoint.progress.eval_pending);
+  dict.insert("target_reached", checkpoint.progress.target_reached);
   dict.insert("world_size", checkpoint.world_size);
   dict.insert("global_batch", checkpoint.global_batch);
   dict.insert("samples_per_epoch", checkpoint.samples_per_epoch);
@@ -231,6 +232,8 @@ Checkpoint load_checkpoint(const fs::path& path) {
   out.progress.samples_in_epoch = dict.at("samples_in_epoch").toInt();
   // Absent from checkpoints of earlier versions, which never left an evaluation for later.
   out.progress.eval_pending = dict.contains("eval_pending") && dict.at("eval_pending").toBool();
+  out.progress.target_reached =
+      dict.contains("target_reached") && dict.at("target_reached").toBool();
   out.world_size = dict.at("world_size").toInt();
   out.global_batch = dict.at("global_batch").toInt();
   out.samples_per_epoch = dict.at("samples_per_epoch").toInt();

@@ -30,6 +30,8 @@ struct Progress {
   // The evaluation due at the end of the epoch before is still to run: a stop signal came at
   // that epoch's last step, and the checkpoint came first.
   bool eval_pending = false;
+  // An evaluation reached target_top1: the run is over, whatever epochs it had left.
+  bool target_reached = false;
 };
 
 struct Checkpoint {

@@ -195,7 +195,10 @@ EvalResult Trainer::evaluate(BatchSource& source, bool ema, bool per_class) {
     at::Tensor logits;
     {
       AutocastGuard autocast(device_.type(), autocast_dtype_);
-      logits = model->forward(prepare_images(batch.images));  // (N, classes)
+      const at::Tensor images = prepare_images(batch.images);  // (N, 3, S, S)
+      logits = model->forward(images);                         // (N, classes)
+      // The sum ranks as the mean does: FFCV's flip test-time augmentation.
+      if (options_.eval_flip) logits = logits + model->forward(images.flip({3}));
     }
     const int64_t k = std::min<int64_t>(5, logits.size(1));
     at::Tensor predicted = std::get<1>(logits.topk(k, /*dim=*/1));  // (N, k), best first

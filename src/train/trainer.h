@@ -57,10 +57,11 @@ struct TrainerOptions {
   double ema_decay = 0;                        // per EMA update; 0: no EMA
   int64_t ema_every_steps = 1;                 // steps between EMA updates
   EmaBuffers ema_buffers = EmaBuffers::kCopy;  // Note [EMA buffers]
-  int world_size = 1;                          // for the MixUp/CutMix draw and checkpoints
-  int64_t images_per_step = 0;                 // over all ranks, for checkpoints
-  std::string resolved_config;                 // the run's config.toml, kept in checkpoints
-  NamedClasses classes;  // the data's class names, kept in checkpoints; empty: none
+  bool eval_flip = false;       // evaluation: the mean logits of each image and its mirror
+  int world_size = 1;           // for the MixUp/CutMix draw and checkpoints
+  int64_t images_per_step = 0;  // over all ranks, for checkpoints
+  std::string resolved_config;  // the run's config.toml, kept in checkpoints
+  NamedClasses classes;         // the data's class names, kept in checkpoints; empty: none
 };
 
 class Trainer {
