@@ -4,6 +4,7 @@
 #include <torch/nn/init.h>
 
 #include <array>
+#include <cmath>
 #include <map>
 
 #include "base/check.h"
@@ -137,17 +138,43 @@ nn::Sequential ResNetImpl::make_stage(int64_t& in_channels, int64_t width, int b
   return stage;
 }
 
+namespace {
+
+// Keras's truncated normal (tf.random.truncated_normal): N(0, stddev^2) redrawn outside 2
+// standard deviations, here by the inverse CDF of a uniform draw between the two bounds' CDFs
+// (torch.nn.init.trunc_normal_'s method). Keras's he_normal asks for stddev sqrt(2 / fan_in) /
+// 0.87962566103423978, the standard deviation of a unit normal truncated at +-2, so that the
+// values' own stddev is sqrt(2 / fan_in).
+void he_normal_fan_in_(const torch::Tensor& weight) {
+  const int64_t fan_in = weight.numel() / weight.size(0);  // in_channels / groups x kh x kw
+  const double stddev = std::sqrt(2.0 / static_cast<double>(fan_in)) / 0.87962566103423978;
+  const double bound = std::erf(2.0 / std::sqrt(2.0));  // 2 Phi(2) - 1
+  weight.uniform_(-bound, bound).erfinv_().mul_(stddev * std::sqrt(2.0));
+  weight.clamp_(-2.0 * stddev, 2.0 * stddev);
+}
+
+}  // namespace
+
 // torchvision's initialisation: Kaiming-normal (fan_out) convolutions, BN gamma 1 / beta 0, and the
-// default Linear initialisation for fc.
+// default Linear initialisation for fc; or the MLPerf reference's (WeightInit).
 void ResNetImpl::initialize_weights() {
   torch::NoGradGuard no_grad;
+  const bool keras = options_.weight_init == WeightInit::kHeNormalFanIn;
   for (auto& module : modules(/*include_self=*/false)) {
     if (auto* c = module->as<nn::Conv2d>()) {
-      nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanOut, torch::kReLU);
+      if (keras) {
+        he_normal_fan_in_(c->weight);
+      } else {
+        nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanOut, torch::kReLU);
+      }
     } else if (auto* bn = module->as<nn::BatchNorm2d>()) {
       nn::init::ones_(bn->weight);
       nn::init::zeros_(bn->bias);
     }
+  }
+  if (keras) {  // resnet_model.py: Dense(kernel_initializer=RandomNormal(stddev=0.01)), bias zeros
+    nn::init::normal_(fc->weight, 0.0, 0.01);
+    nn::init::zeros_(fc->bias);
   }
   if (!options_.zero_init_residual) return;
   for (auto& module : modules(/*include_self=*/false)) {

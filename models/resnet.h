@@ -14,6 +14,13 @@
 
 namespace trainer {
 
+// How the weights start. torchvision: Kaiming-normal (fan_out) convolutions, the classifier as
+// torch's nn.Linear. he_normal_fan_in: the MLPerf TensorFlow 2 reference's (Keras): every
+// convolution from he_normal, a normal of stddev sqrt(2 / fan_in) truncated at 2 standard
+// deviations and rescaled to keep that stddev; the classifier's weight from N(0, 0.01), its bias 0.
+// Both: BN gamma 1, beta 0.
+enum class WeightInit { kTorchvision, kHeNormalFanIn };
+
 struct ResNetOptions {
   int depth = 50;              // 18, 34, 50, 101 or 152
   int64_t num_classes = 1000;  // width of the final fully connected layer
@@ -25,6 +32,7 @@ struct ResNetOptions {
   // more input channels (the blocks' and the shortcuts'; not the stem). No parameters or buffers
   // are added, so the state dict keeps torchvision's names; checkpoints say the variant.
   bool blurpool = false;
+  WeightInit weight_init = WeightInit::kTorchvision;
 };
 
 // The blur BlurPool puts before a strided convolution; the filter is made once per device, dtype

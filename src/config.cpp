@@ -71,6 +71,8 @@ void add_options(CLI::App& app, Config& c) {
   add_choice("Model", "arch", c.arch, "resnet18 | resnet34 | resnet50 | resnet101 | resnet152");
   add("Model", "num_classes", c.num_classes, "classifier width");
   add("Model", "zero_init_residual", c.zero_init_residual, "zero each block's last BN gamma");
+  add_choice("Model", "weight_init", c.weight_init,
+             "torchvision (Kaiming fan_out) | he_normal_fan_in (MLPerf TF2 reference)");
   add("Model", "init_weights", c.init_weights,
       "start from these weights: state dict or checkpoint file; \"\": none");
   add_choice("Model", "trainable", c.trainable, "all | classifier (linear probe)");
@@ -149,6 +151,8 @@ void add_options(CLI::App& app, Config& c) {
   add("Optimizer", "weight_decay", c.weight_decay, ">= 0");
   add("Optimizer", "decay_bn_and_bias", c.decay_bn_and_bias, "decay (and LARS-scale) BN/bias");
   add("Optimizer", "lars_eta", c.lars_eta, "LARS trust coefficient");
+  add("Optimizer", "grad_scale", c.grad_scale,
+      "the step's gradient: its images' mean times this, > 0 (before decay and LARS)");
   add_choice("Schedule", "lr_schedule", c.lr_schedule, "cosine | step | poly");
   add("Schedule", "warmup_epochs", c.warmup_epochs, "linear warmup length, < epochs");
   add("Schedule", "lr_step_epochs", c.lr_step_epochs, "step: increasing epochs < epochs");

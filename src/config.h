@@ -40,6 +40,9 @@ struct Config {
   Arch arch = Arch::kResNet50;     // resnet18|34|50|101|152
   int64_t num_classes = 1000;      // width of the classifier
   bool zero_init_residual = true;  // zero each block's last BN gamma at initialisation
+  // torchvision (Kaiming fan_out) | he_normal_fan_in (the MLPerf TF2 reference's Keras he_normal
+  // convolutions, classifier N(0, 0.01)); models/resnet.h.
+  WeightInit weight_init = WeightInit::kTorchvision;
   // A new run starts from these weights: a PyTorch state dict (torchvision's published weights)
   // or a checkpoint of ours; the classifier is re-initialised when num_classes differs. The
   // run's own checkpoint, once there is one, wins (Note [Where a run starts]).
@@ -137,6 +140,10 @@ struct Config {
   double weight_decay = 1e-4;
   bool decay_bn_and_bias = false;  // false: no weight decay (nor LARS scaling) on BN and biases
   double lars_eta = 0.001;         // LARS trust coefficient
+  // The step's gradient is the mean over its images times this, before weight decay and the LARS
+  // trust ratio (folded into the loss's backward weight). 2 trains as the MLPerf TF2 reference's
+  // 1024 x 2 accumulation, which adds its micro-batches' mean gradients.
+  double grad_scale = 1.0;
 
   // Learning-rate schedule: linear warmup, then decay.
   LrScheduleKind lr_schedule = LrScheduleKind::kCosine;  // cosine | step | poly
@@ -232,6 +239,7 @@ const std::vector<ChoiceName<GradCompression>>& choice_names(GradCompression);
 const std::vector<ChoiceName<EmaBuffers>>& choice_names(EmaBuffers);
 const std::vector<ChoiceName<Interpolation>>& choice_names(Interpolation);
 const std::vector<ChoiceName<EpochOrder>>& choice_names(EpochOrder);
+const std::vector<ChoiceName<WeightInit>>& choice_names(WeightInit);
 
 template <typename Choice>
 std::string name_of(Choice value) {

@@ -64,6 +64,11 @@ const std::vector<ChoiceName<EpochOrder>>& choice_names(EpochOrder) {
                                                             {EpochOrder::kByNode, "by_node"}};
   return names;
 }
+const std::vector<ChoiceName<WeightInit>>& choice_names(WeightInit) {
+  static const std::vector<ChoiceName<WeightInit>> names = {
+      {WeightInit::kTorchvision, "torchvision"}, {WeightInit::kHeNormalFanIn, "he_normal_fan_in"}};
+  return names;
+}
 const std::vector<ChoiceName<LossKind>>& choice_names(LossKind) {
   static const std::vector<ChoiceName<LossKind>> names = {
       {LossKind::kCrossEntropy, "cross_entropy"}, {LossKind::kBce, "bce"}};

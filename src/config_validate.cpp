@@ -174,6 +174,8 @@ void validate_optimizer_and_schedule(const Config& c) {
   check(!c.nesterov || c.momentum > 0, "nesterov", c.nesterov, "needs momentum > 0");
   check(c.weight_decay >= 0, "weight_decay", c.weight_decay, "must be >= 0");
   check(c.lars_eta > 0, "lars_eta", c.lars_eta, "must be > 0");
+  check(c.grad_scale > 0, "grad_scale", c.grad_scale,
+        "must be > 0 (1: the mean gradient; 2: the MLPerf reference's summed 1024 x 2)");
   check(c.warmup_epochs >= 0 && c.warmup_epochs < c.epochs, "warmup_epochs", c.warmup_epochs,
         "must be >= 0 and shorter than training (epochs = " + std::to_string(c.epochs) + ")");
   if (c.lr_schedule == LrScheduleKind::kStep) {

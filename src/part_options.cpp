@@ -51,7 +51,8 @@ double ema_decay_per_update(const Config& c) {
 
 TrainerOptions trainer_options(const Config& c) {
   TrainerOptions o;
-  o.model = ResNetOptions{resnet_depth(c.arch), c.num_classes, c.zero_init_residual, c.blurpool};
+  o.model = ResNetOptions{resnet_depth(c.arch), c.num_classes, c.zero_init_residual, c.blurpool,
+                          c.weight_init};
   o.architecture = name_of(c.arch) + (c.blurpool ? "-blurpool" : "");
   o.seed = c.seed;
   o.autocast_dtype = autocast_dtype(c.precision);
@@ -64,6 +65,7 @@ TrainerOptions trainer_options(const Config& c) {
   o.scaler.init_scale = c.loss_scale_init;
   o.scaler.growth_interval = c.loss_scale_growth_interval;
   o.loss = {c.loss, c.label_smoothing};
+  o.grad_scale = c.grad_scale;
   o.mixing = {c.mixup_alpha, c.cutmix_alpha};
   o.ema_decay = ema_decay_per_update(c);
   o.eval_flip = c.eval_flip;

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
+
 #include "base/check.h"
 #include "models/resnet.h"
 
@@ -66,6 +68,58 @@ TEST(ResNet, ZeroInitResidualZeroesLastBnGammaOnly) {
   EXPECT_EQ(basic->named_parameters()["layer2.1.bn2.weight"].abs().sum().item<float>(), 0.0f);
   ResNet plain(ResNetOptions{50, 10, false});
   EXPECT_TRUE(plain->named_parameters()["layer1.0.bn3.weight"].eq(1).all().item<bool>());
+}
+
+// Each convolution's weights against its initialisation's standard deviation: torchvision's
+// Kaiming normal sqrt(2 / fan_out), or the MLPerf reference's Keras he_normal, sqrt(2 / fan_in)
+// after truncation at 2 standard deviations of the untruncated normal (sqrt(2 / fan_in) /
+// 0.8796...), which no value passes. fan_in = in_channels x kh x kw, fan_out = out_channels x kh x
+// kw; the 1x1 and 3x3 layers of ResNet-50 have them differ by 4x, the stem by 64 / 3.
+TEST(ResNet, WeightInitGivesEachConvolutionItsStandardDeviation) {
+  for (const WeightInit init : {WeightInit::kTorchvision, WeightInit::kHeNormalFanIn}) {
+    torch::manual_seed(3);
+    ResNet model(ResNetOptions{50, 1000, false, false, init});
+    const bool keras = init == WeightInit::kHeNormalFanIn;
+    int convolutions = 0;
+    for (const auto& item : model->named_parameters()) {
+      const torch::Tensor& w = item.value();
+      if (w.dim() != 4) continue;
+      ++convolutions;
+      const double receptive = static_cast<double>(w.size(2) * w.size(3));
+      const double fan = (keras ? w.size(1) : w.size(0)) * receptive;
+      const double expected = std::sqrt(2.0 / fan);
+      // The sample's stddev: ~1/sqrt(2n) relative error; the smallest layer has 4,096 weights.
+      const double tolerance = 4.0 / std::sqrt(2.0 * static_cast<double>(w.numel()));
+      EXPECT_NEAR(w.std().item<double>() / expected, 1.0, tolerance) << item.key();
+      EXPECT_NEAR(w.mean().item<double>() / expected, 0.0, 2 * tolerance) << item.key();
+      const double largest = w.abs().max().item<double>() / expected;
+      if (keras) {
+        EXPECT_LE(largest, 2.0 / 0.87962566103423978 + 1e-6) << item.key();
+      } else if (w.numel() > 100000) {
+        EXPECT_GT(largest, 2.0 / 0.87962566103423978) << item.key();  // untruncated tails
+      }
+    }
+    EXPECT_EQ(convolutions, 53);
+    const torch::Tensor fc_weight = model->named_parameters()["fc.weight"];
+    const torch::Tensor fc_bias = model->named_parameters()["fc.bias"];
+    if (keras) {
+      EXPECT_NEAR(fc_weight.std().item<double>(), 0.01, 0.0002);
+      EXPECT_EQ(fc_bias.abs().max().item<float>(), 0.0f);
+    } else {  // nn.Linear: uniform in +-1/sqrt(2048), stddev 1/sqrt(3 x 2048)
+      EXPECT_NEAR(fc_weight.std().item<double>(), 1.0 / std::sqrt(3.0 * 2048), 0.0002);
+      EXPECT_GT(fc_bias.abs().max().item<float>(), 0.0f);
+    }
+    for (const auto& item : model->named_parameters()) {
+      if (item.key().find("bn") == std::string::npos &&
+          item.key().find("downsample.1") == std::string::npos)
+        continue;
+      const bool gamma = item.key().rfind(".weight") == item.key().size() - 7;
+      const float value = gamma ? 1.0f : 0.0f;
+      EXPECT_TRUE(item.value().eq(value).all().item<bool>()) << item.key();
+    }
+  }
+  ResNet zeroed(ResNetOptions{50, 10, true, false, WeightInit::kHeNormalFanIn});
+  EXPECT_EQ(zeroed->named_parameters()["layer1.0.bn3.weight"].abs().sum().item<float>(), 0.0f);
 }
 
 TEST(ResNet, ForwardGivesLogitsPerImage) {

@@ -229,6 +229,61 @@ TEST(Training, ResumeWithTheRecipeTechniquesContinuesExactly) {
   EXPECT_FALSE(torch::equal(expected.ema.at("fc.weight"), expected.model.at("fc.weight")));
 }
 
+// grad_scale multiplies the step's gradient before the optimizer: one SGD step with grad_scale 2
+// is one at twice the LR (no weight decay); under LARS, grad_scale 2 with weight decay wd moves
+// the trust-ratio weights as grad_scale 1 with wd / 2, and BN and biases (no trust ratio) twice as
+// far. The returned loss stays the batch's own.
+TEST(Training, GradScaleMultipliesTheGradientBeforeTheOptimizer) {
+  Config base = small_config("grad_scale");
+  base.zero_init_residual = false;  // every parameter gets a gradient (LARS: a trust ratio)
+  Sources sources = make_sources(base, torch::kCPU);
+  sources.train->start_epoch(0);
+  const Batch batch = sources.train->next_batch();
+  struct Step {
+    TensorMap before, after;
+    double loss;
+  };
+  auto step = [&](OptimizerKind kind, double grad_scale, double weight_decay, double lr) {
+    Config c = base;
+    c.optimizer = kind;
+    c.grad_scale = grad_scale;
+    c.weight_decay = weight_decay;
+    validate_config(c);
+    Trainer trainer(trainer_options(c), torch::kCPU);
+    Step out;
+    for (const auto& [name, t] : state_dict(*trainer.model())) out.before[name] = t.clone();
+    out.loss = trainer.train_step(batch, lr).item<double>();
+    out.after = state_dict(*trainer.model());
+    return out;
+  };
+  auto moved = [](const Step& s, const std::string& name) {
+    return s.after.at(name) - s.before.at(name);
+  };
+  const Step sgd2 = step(OptimizerKind::kSgd, 2.0, 0.0, 0.05);
+  const Step sgd1 = step(OptimizerKind::kSgd, 1.0, 0.0, 0.1);
+  EXPECT_DOUBLE_EQ(sgd2.loss, sgd1.loss);
+  const Step lars2 = step(OptimizerKind::kLars, 2.0, 0.02, 0.5);
+  const Step lars1 = step(OptimizerKind::kLars, 1.0, 0.01, 0.5);
+  int weights = 0, plain = 0;
+  for (const auto& item : ResNet(ResNetOptions{18, 4})->named_parameters()) {
+    const std::string& name = item.key();
+    EXPECT_TRUE(torch::allclose(moved(sgd2, name), moved(sgd1, name), 1e-5, 1e-8)) << name;
+    ASSERT_GT(moved(lars1, name).abs().max().item<double>(), 1e-5) << name;
+    if (item.value().dim() > 1) {  // trust ratio: the same step
+      ++weights;
+      EXPECT_TRUE(torch::allclose(moved(lars2, name), moved(lars1, name), 1e-4, 1e-8))
+          << name << " " << (moved(lars2, name) - moved(lars1, name)).abs().max().item<double>();
+    } else {  // BN and biases: twice the step (BN gamma ~1: atol of a few ulp of 1)
+      ++plain;
+      EXPECT_TRUE(torch::allclose(moved(lars2, name), 2 * moved(lars1, name), 1e-4, 1e-6))
+          << name << " "
+          << (moved(lars2, name) - 2 * moved(lars1, name)).abs().max().item<double>();
+    }
+  }
+  EXPECT_EQ(weights, 21);
+  EXPECT_GT(plain, 0);
+}
+
 TEST(Checkpoint, RoundTripsEveryField) {
   Config c = small_config("roundtrip");
   Trainer trainer(trainer_options(c), torch::kCPU);

@@ -132,7 +132,8 @@ at::Tensor Trainer::forward_backward(const Batch& batch, double loss_weight) {
     at::Tensor logits = model_->forward(images);  // (N, classes)
     loss = training_loss(logits.to(at::kFloat), targets, loss_);
   }
-  scaler_.scale(loss_weight == 1.0 ? loss : loss * loss_weight).backward();
+  const double weight = loss_weight * options_.grad_scale;
+  scaler_.scale(weight == 1.0 ? loss : loss * weight).backward();
   return loss.detach();
 }
 

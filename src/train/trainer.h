@@ -53,6 +53,9 @@ struct TrainerOptions {
   ReducerOptions reducer;  // with a launched group
   LossScalerOptions scaler;
   LossOptions loss;
+  // The step's gradient: the mean over its images times this (Config::grad_scale), folded into
+  // each micro-batch's loss weight; the losses returned stay unscaled.
+  double grad_scale = 1.0;
   MixingOptions mixing;
   double ema_decay = 0;                        // per EMA update; 0: no EMA
   int64_t ema_every_steps = 1;                 // steps between EMA updates
