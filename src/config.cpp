@@ -103,6 +103,8 @@ void add_options(CLI::App& app, Config& c) {
   add("Data", "decode_threads", c.decode_threads, "tfrecord: decode threads; 0: cores/ranks");
   add("Data", "prefetch_batches", c.prefetch_batches, "tfrecord: batches decoded ahead");
   add("Data", "shuffle_buffer", c.shuffle_buffer, "tfrecord: shuffle buffer, records (global)");
+  add("Augmentation", "repeated_augmentation", c.repeated_augmentation,
+      "tfrecord training: copies of each image an epoch shows, on other ranks; 1: off");
   add_choice("Data", "epoch_order", c.epoch_order,
              "tfrecord training: global | by_node (each node's records the same every epoch)");
   add("Data", "index_cache_dir", c.index_cache_dir, "tfrecord: index files for read-only data");

@@ -87,6 +87,9 @@ struct Config {
   // global: one shuffled order; by_node: each node reads the same records every epoch, which its
   // page cache keeps (Note [Records by node] in data/sources/epoch_plan.h).
   EpochOrder epoch_order = EpochOrder::kGlobal;
+  // Copies of each image an epoch shows, each to another rank with its own augmentation
+  // (torchvision's --ra-sampler --ra-reps); the epoch keeps its length. 1: off.
+  int64_t repeated_augmentation = 1;
   std::string index_cache_dir = "/tmp/resnet-trainer-index";  // index files when data is read-only
   // The classes' names in label order (data/datasets/class_names.h), kept in checkpoints and
   // checked against them; "": synsets.txt, else label.labels.txt, beside train_data's files, else

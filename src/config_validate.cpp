@@ -111,6 +111,11 @@ void validate_generated_data_and_augmentation(const Config& c) {
         "data_source", name_of(c.data_source),
         "does not augment: auto_augment and random_erasing need data_source = tfrecord "
         "(or set auto_augment = none and random_erasing = 0)");
+  check(c.repeated_augmentation >= 1 && c.repeated_augmentation <= 16, "repeated_augmentation",
+        c.repeated_augmentation, "must be in [1, 16]: copies of each image (1: off)");
+  check(c.data_source == DataSource::kTfrecord || c.repeated_augmentation == 1,
+        "repeated_augmentation", c.repeated_augmentation,
+        "needs data_source = tfrecord (or set repeated_augmentation = 1)");
   check(c.data_source == DataSource::kTfrecord || c.epoch_order == EpochOrder::kGlobal,
         "epoch_order", name_of(c.epoch_order),
         "keeps each node's TFRecord files in its page cache: it needs data_source = tfrecord "

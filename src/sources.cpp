@@ -49,6 +49,7 @@ std::unique_ptr<BatchSource> make_tfrecord_source(const Config& config, c10::Dev
   o.prefetch_batches = config.prefetch_batches;
   o.shuffle_buffer = config.shuffle_buffer;
   o.epoch_order = config.epoch_order;
+  o.repetitions = config.repeated_augmentation;
   o.index_cache_dir = config.index_cache_dir;
   o.fail_on_bad_record = config.bad_record_policy == BadRecordPolicy::kFail;
   o.max_bad_fraction = config.max_bad_fraction;

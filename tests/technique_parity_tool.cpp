@@ -11,10 +11,14 @@
 //                                      {"<step>.<name>", "params": [steps, classes, decay, every,
 //                                      average_buffers, warmup_reset, images_per_step,
 //                                      samples_per_epoch, warmup_epochs]} -> the EMA's state dict
+//   technique_parity_tool ra   IN OUT: {"params": [records, world, batch, repetitions, seed,
+//                                      epoch]} -> {"keys": (world, records / world) each rank's
+//                                      keys of the epoch (record x repetitions + copy)}
 #include <torch/torch.h>
 
 #include <iostream>
 
+#include "data/sources/epoch_plan.h"
 #include "models/resnet.h"
 #include "src/state/checkpoint.h"
 #include "src/train/batch_mixing.h"
@@ -106,6 +110,32 @@ void ema(const std::string& in_path, const std::string& out_path) {
   write_tensors(out_path, out);
 }
 
+// Each rank's plan of one epoch of one file of records under repeated augmentation.
+void ra(const std::string& in_path, const std::string& out_path) {
+  const auto in = read_dict(in_path);
+  const at::Tensor params = tensor(in, "params").to(at::kLong);
+  const int64_t records = params[0].item<int64_t>(), world = params[1].item<int64_t>();
+  RecordTable table({records});
+  at::Tensor keys = at::empty({world, records / world}, at::kLong);
+  for (int rank = 0; rank < world; ++rank) {
+    PlanOptions o{true,
+                  static_cast<uint64_t>(params[4].item<int64_t>()),
+                  params[2].item<int64_t>(),
+                  0,
+                  64,
+                  rank,
+                  static_cast<int>(world),
+                  EpochOrder::kGlobal,
+                  params[3].item<int64_t>()};
+    const auto plan = rank_plan(table, o, params[5].item<int64_t>());
+    TORCH_CHECK(static_cast<int64_t>(plan.size()) == records / world, "uneven plan");
+    keys[rank].copy_(at::tensor(plan, at::kLong));
+  }
+  c10::Dict<std::string, at::Tensor> out;
+  out.insert("keys", keys);
+  write_tensors(out_path, out);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -118,8 +148,10 @@ int main(int argc, char** argv) {
     ema(argv[2], argv[3]);
   } else if (mode == "blurpool") {
     blurpool(argv[2], argv[3]);
+  } else if (mode == "ra") {
+    ra(argv[2], argv[3]);
   } else {
-    std::cerr << "usage: technique_parity_tool mix|loss|ema IN OUT | blurpool ARCH OUT\n";
+    std::cerr << "usage: technique_parity_tool mix|loss|ema|ra IN OUT | blurpool ARCH OUT\n";
     return 2;
   }
   return 0;

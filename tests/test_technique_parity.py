@@ -1,7 +1,9 @@
 """The training techniques of the fast recipes against the implementations they follow, on the
 same tensors: MixUp and CutMix against torchvision.transforms.v2 (with the draw fixed), the
 losses against torch.nn.functional (cross-entropy) and timm's BinaryCrossEntropy formula, and the
-BlurPool variant against FFCV's BlurPoolConv2d wrapped around torchvision's ResNet."""
+BlurPool variant against FFCV's BlurPoolConv2d wrapped around torchvision's ResNet, and repeated
+augmentation's epochs against torchvision's RASampler."""
+import math
 import subprocess
 
 import pytest
@@ -197,3 +199,56 @@ def test_ema_with_warmup_reset_is_torchvisions(tmp_path, buffers):
             torch.testing.assert_close(got[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
     # The average moved away from the weights after the warmup: it is not a copy.
     assert not torch.allclose(got["fc.weight"], states[steps]["fc.weight"])
+
+
+class RASampler(torch.utils.data.Sampler):
+    """torchvision's references/classification/sampler.py @ 775e7604 (the --ra-reps version), the
+    arithmetic as written there: each index of the epoch's permutation `repetitions` times in a
+    row, dealt index by index to the replicas, the epoch cut to a multiple of 256 images."""
+
+    def __init__(self, dataset_len, num_replicas, rank, seed=0, repetitions=3):
+        self.dataset_len, self.num_replicas, self.rank = dataset_len, num_replicas, rank
+        self.epoch, self.seed, self.repetitions = 0, seed, repetitions
+        self.num_samples = int(math.ceil(dataset_len * float(repetitions) / num_replicas))
+        self.total_size = self.num_samples * num_replicas
+        self.num_selected_samples = int(math.floor(dataset_len // 256 * 256 / num_replicas))
+
+    def __iter__(self):
+        g = torch.Generator()
+        g.manual_seed(self.seed + self.epoch)
+        indices = torch.randperm(self.dataset_len, generator=g).tolist()
+        indices = [ele for ele in indices for i in range(self.repetitions)]
+        indices += indices[: (self.total_size - len(indices))]
+        indices = indices[self.rank: self.total_size: self.num_replicas]
+        return iter(indices[: self.num_selected_samples])
+
+
+def repetition_summary(rank_records):
+    """What repeated augmentation makes of an epoch, whatever the shuffle: images per rank,
+    distinct images, copies per image, and how many images have their copies on each set of
+    ranks."""
+    ranks_of = {}
+    for rank, records in enumerate(rank_records):
+        for record in records:
+            ranks_of.setdefault(record, []).append(rank)
+    rank_sets = {}
+    for ranks in ranks_of.values():
+        key = tuple(sorted(ranks))
+        rank_sets[key] = rank_sets.get(key, 0) + 1
+    copies = {len(ranks) for ranks in ranks_of.values()}
+    return [len(r) for r in rank_records], len(ranks_of), copies, rank_sets
+
+
+@pytest.mark.parametrize("world,batch", [(8, 16), (16, 8), (4, 32)])
+def test_repeated_augmentation_is_rasamplers(tmp_path, world, batch):
+    """--ra-sampler --ra-reps 4 on 1,024 images: each rank trains as many images as RASampler
+    gives it, a quarter of the images are shown, each 4 times, on 4 consecutive ranks (the same
+    sets of ranks, as often), with torchvision's arithmetic beside ours."""
+    records, reps = 1024, 4
+    keys = run_tool(tmp_path, "ra", {"params": torch.tensor([records, world, batch, reps, 5, 3])})
+    ours = repetition_summary((keys["keys"] // reps).tolist())
+    theirs = repetition_summary([list(RASampler(records, world, rank, repetitions=reps))
+                                 for rank in range(world)])
+    print(f"{world} ranks: ours {ours[:3]}, RASampler {theirs[:3]}")
+    assert ours == theirs
+    assert ours[1] == records // reps and ours[2] == {reps}

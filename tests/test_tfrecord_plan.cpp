@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <numeric>
 #include <set>
 
@@ -257,6 +258,63 @@ TEST(EpochPlan, ByNodeOrderDrawsEveryStepFromAllGroups) {
                                             std::plus<>(), std::not_equal_to<>());
     EXPECT_EQ(changes + 1, static_cast<int>(std::set(blocks.begin(), blocks.end()).size()))
         << "group " << g;
+  }
+}
+
+TEST(EpochPlan, RepeatedAugmentationShowsAQuarterOfTheRecordsFourTimesOnFourRanks) {
+  // torchvision's RASampler (--ra-reps 4) on 8 ranks: the epoch keeps its 512 positions; they
+  // show the first quarter of the order without repetitions, each record 4 times, its copies on
+  // 4 consecutive ranks (RASampler: indices[rank::num_replicas] of the repeated list).
+  const RecordTable table({300, 0, 212});
+  const int world = 8;
+  const int64_t batch = 8, reps = 4;
+  std::map<int64_t, std::vector<int>> ranks_of;  // record -> the ranks of its copies
+  std::set<int64_t> keys;
+  for (int rank = 0; rank < world; ++rank) {
+    PlanOptions o{true, 9, batch, 64, 16, rank, world, EpochOrder::kGlobal, reps};
+    const auto plan = rank_plan(table, o, 2);
+    ASSERT_EQ(plan.size(), 512u / world);
+    for (int64_t key : plan) {
+      keys.insert(key);
+      ranks_of[record_of(key, reps)].push_back(rank);
+    }
+  }
+  EXPECT_EQ(keys.size(), 512u);
+  PlanOptions once{true, 9, batch, 64, 16, 0, world};
+  const auto order = global_order(table, once, 2);
+  const std::set<int64_t> first_quarter(order.begin(), order.begin() + 128);
+  ASSERT_EQ(ranks_of.size(), 128u);
+  for (auto& [record, ranks] : ranks_of) {
+    EXPECT_TRUE(first_quarter.count(record)) << record;
+    ASSERT_EQ(ranks.size(), 4u) << record;
+    std::sort(ranks.begin(), ranks.end());
+    EXPECT_EQ(ranks[0] % 4, 0) << record;
+    for (int c = 1; c < 4; ++c) EXPECT_EQ(ranks[c], ranks[0] + c) << record;
+  }
+}
+
+TEST(EpochPlan, RepeatedAugmentationResumesExactlyAtOtherWorldSizes) {
+  // As ResizedRunsTrainEveryRecordOnce, with 4 copies: every position of the order, once.
+  const RecordTable table(kCounts);
+  struct Leg {
+    int world;
+    int64_t batch, steps;
+  };
+  for (EpochOrder order : kOrders) {
+    std::multiset<int64_t> seen;
+    int64_t position = 0;
+    for (const Leg& leg : {Leg{4, 4, 5}, Leg{3, 4, 4}, Leg{1, 5, 1000}}) {
+      for (int rank = 0; rank < leg.world; ++rank) {
+        PlanOptions o{true, 7, leg.batch, 16, 8, rank, leg.world, order, 4};
+        const auto taken = first_steps(rank_plan(table, o, 2, position), leg.batch, leg.steps);
+        seen.insert(taken.begin(), taken.end());
+      }
+      position = std::min(table.total(), position + leg.steps * leg.batch * leg.world);
+    }
+    PlanOptions o{true, 7, 4, 16, 8, 0, 1, order, 4};
+    const auto keys = global_order(table, o, 2);
+    EXPECT_EQ(seen, std::multiset<int64_t>(keys.begin(), keys.end()));
+    EXPECT_EQ(std::set<int64_t>(keys.begin(), keys.end()).size(), keys.size());
   }
 }
 

@@ -114,6 +114,14 @@ std::vector<int64_t> global_order(const RecordTable& table, const PlanOptions& o
     return order;
   }
   std::mt19937_64 rng(mix_seed(o.seed, static_cast<uint64_t>(epoch)));
+  if (o.repetitions > 1) {  // Note [Repeated augmentation]
+    PlanOptions once = o;
+    once.repetitions = 1;
+    const std::vector<int64_t> records = global_order(table, once, epoch);
+    for (int64_t j = 0; j < table.total(); ++j)
+      order.push_back(records[j / o.repetitions] * o.repetitions + j % o.repetitions);
+    return order;
+  }
   if (o.order == EpochOrder::kByNode) return by_node_order(table, o, rng);
   const int files = static_cast<int>(table.first_record.size()) - 1;
   std::vector<int> file_order(files);
@@ -142,7 +150,8 @@ std::vector<int64_t> rank_plan(const RecordTable& table, const PlanOptions& o, i
   TORCH_INTERNAL_ASSERT(o.world_size > 0 && o.rank >= 0 && o.rank < o.world_size);
   TORCH_INTERNAL_ASSERT(o.batch_size > 0);
   const std::vector<int64_t> order = global_order(table, o, epoch);
-  if (o.training) return rank_samples(order, position, o.batch_size, o.rank, o.world_size);
+  if (o.training)
+    return rank_samples(order, position, o.batch_size, o.rank, o.world_size, o.repetitions);
   // Evaluation: slices of total / world, the first total % world one longer.
   const int64_t base = table.total() / o.world_size, extra = table.total() % o.world_size;
   const int64_t begin = o.rank * base + std::min<int64_t>(o.rank, extra);

@@ -35,8 +35,25 @@ Share share_of(int64_t step_samples, int64_t batch_size, int rank, int world_siz
   return {2 * rank, rank == pairs - 1 ? step_samples - 2 * rank : 2};
 }
 
+namespace {
+
+// Rearranges a sorted full step whose records' k copies sit side by side: within each run of k
+// ranks' pieces (k x batch_size entries), entry i goes to piece i % k, so that rank c of the run
+// takes copy c of each of the run's records.
+void spread_copies(std::vector<int64_t>& step, int64_t batch_size, int64_t k) {
+  std::vector<int64_t> spread(step.size());
+  const int64_t run = k * batch_size;
+  for (int64_t begin = 0; begin < static_cast<int64_t>(step.size()); begin += run)
+    for (int64_t i = 0; i < run; ++i)
+      spread[begin + (i % k) * batch_size + i / k] = step[begin + i];
+  step.swap(spread);
+}
+
+}  // namespace
+
 std::vector<int64_t> rank_samples(const std::vector<int64_t>& order, int64_t position,
-                                  int64_t batch_size, int rank, int world_size) {
+                                  int64_t batch_size, int rank, int world_size,
+                                  int64_t repetitions) {
   TORCH_INTERNAL_ASSERT(batch_size > 0);
   const int64_t total = static_cast<int64_t>(order.size()), global = batch_size * world_size;
   std::vector<int64_t> out, step;
@@ -45,6 +62,8 @@ std::vector<int64_t> rank_samples(const std::vector<int64_t>& order, int64_t pos
     const int64_t n = step_samples(total, p, global);
     step.assign(order.begin() + p, order.begin() + p + n);
     std::sort(step.begin(), step.end());  // storage order: Note [Elastic epoch order]
+    if (repetitions > 1 && n == global && world_size % repetitions == 0)
+      spread_copies(step, batch_size, repetitions);
     const Share share = share_of(n, batch_size, rank, world_size);
     out.insert(out.end(), step.begin() + share.begin, step.begin() + share.begin + share.count);
     p += n;

@@ -39,8 +39,11 @@ Share share_of(int64_t step_samples, int64_t batch_size, int rank, int world_siz
 
 // This rank's samples, step after step, from `position` to the end of the epoch whose global
 // order is `order`. Every step's share but the last holds batch_size samples; the last may hold
-// fewer, none, or one more.
+// fewer, none, or one more. `repetitions` k > 1: the order holds keys, each record's k copies
+// side by side, and a full step deals them to k consecutive ranks (Note [Repeated augmentation] in
+// data/sources/epoch_plan.h).
 std::vector<int64_t> rank_samples(const std::vector<int64_t>& order, int64_t position,
-                                  int64_t batch_size, int rank, int world_size);
+                                  int64_t batch_size, int rank, int world_size,
+                                  int64_t repetitions = 1);
 
 }  // namespace trainer

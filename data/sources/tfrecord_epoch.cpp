@@ -166,7 +166,7 @@ at::Tensor TFRecordEpoch::image_buffer(int64_t rows) {
 Damage TFRecordEpoch::decode(int64_t p, const Slot& slot, Decoder& decoder, uint8_t* out,
                              int64_t* label_out) {
   if (slot.state != Slot::kReady) return slot.damage;
-  const int64_t record = plan[p];
+  const int64_t record = this->record(p);
   const auto& first = shared.first_record;
   const int file = std::upper_bound(first.begin(), first.end(), record) - first.begin() - 1;
   Damage damage{file, shared.indexes[file][record - first[file]].offset, ""};
@@ -180,7 +180,7 @@ Damage TFRecordEpoch::decode(int64_t p, const Slot& slot, Decoder& decoder, uint
     damage.reason = detail::concat("label ", label, " minus label_offset ", o.label_offset,
                                    " is outside [0, num_classes = ", o.num_classes, ")");
   } else if (!transform_image(encoded, decoder.transform,
-                              mix_seed(epoch_seed, static_cast<uint64_t>(record)), out, &error)) {
+                              mix_seed(epoch_seed, static_cast<uint64_t>(plan[p])), out, &error)) {
     damage.reason = error;
   } else {
     *label_out = label - o.label_offset;
@@ -225,7 +225,7 @@ void TFRecordEpoch::decode_loop() {
       slots[p] = Slot();
       uint8_t* out = pending.images.data_ptr<uint8_t>() + row * s * s * 3;
       int64_t* label_out = pending.labels.data_ptr<int64_t>() + row;
-      pending.ids.data_ptr<int64_t>()[row] = plan[p];
+      pending.ids.data_ptr<int64_t>()[row] = record(p);
       lock.unlock();
 
       const Damage damage = decode(p, slot, decoder, out, label_out);

@@ -80,8 +80,11 @@ struct TFRecordEpoch {
   const TFRecordSourceOptions& o;
   int64_t epoch = 0;
   uint64_t epoch_seed = 0;
-  int64_t image_size = 0;     // this epoch's crop, pixels (Note [Image size per epoch])
-  std::vector<int64_t> plan;  // this rank's global record ids from the start position on
+  int64_t image_size = 0;   // this epoch's crop, pixels (Note [Image size per epoch])
+  int64_t repetitions = 1;  // copies of each record (Note [Repeated augmentation])
+  // This rank's entries from the start position on: global record ids, or keys (record x
+  // repetitions + copy) under repeated augmentation (Note [Repeated augmentation]).
+  std::vector<int64_t> plan;
   int64_t batch_count = 0;  // batches to yield: one per step when training (the last may be empty)
   int64_t epoch_records = 0;  // this rank's share of a whole epoch, for max_bad_fraction
   std::vector<Slot> slots;    // one per plan position
@@ -104,6 +107,7 @@ struct TFRecordEpoch {
   // The batch that plan position `p` belongs to, and a batch's rows: every batch holds
   // batch_size but the last, which holds the rest (Note [Elastic epoch order]): fewer, none, or
   // one more than batch_size.
+  int64_t record(int64_t p) const { return record_of(plan[p], repetitions); }
   int64_t batch_of(int64_t p) const { return std::min(p / o.batch_size, batch_count - 1); }
   int64_t rows_of(int64_t batch) const {
     return batch < batch_count - 1 ? o.batch_size

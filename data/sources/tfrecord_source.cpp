@@ -118,10 +118,12 @@ void TFRecordSource::start_epoch(int64_t epoch, int64_t position) {
   e->epoch = epoch;
   e->epoch_seed = mix_seed(o.seed, static_cast<uint64_t>(epoch));
   e->image_size = image_size_of(epoch);
+  e->repetitions = o.training ? o.repetitions : 1;
   RecordTable table({});
   table.first_record = first_record_;
-  PlanOptions plan{o.training,      o.seed, o.batch_size, o.shuffle_buffer,
-                   o.block_records, o.rank, o.world_size, o.epoch_order};
+  PlanOptions plan{o.training,       o.seed,          o.batch_size,
+                   o.shuffle_buffer, o.block_records, o.rank,
+                   o.world_size,     o.epoch_order,   o.training ? o.repetitions : 1};
   TORCH_INTERNAL_ASSERT(o.training || position == 0, "evaluation always starts at 0");
   e->plan = rank_plan(table, plan, epoch, position);
   const int64_t b = o.batch_size, planned = static_cast<int64_t>(e->plan.size());
@@ -134,7 +136,7 @@ void TFRecordSource::start_epoch(int64_t epoch, int64_t position) {
   // needed; each chunk's byte range spans only the records this rank takes from the block.
   std::map<std::pair<int, int64_t>, size_t> chunk_of;
   for (int64_t p = 0; p < static_cast<int64_t>(e->plan.size()); ++p) {
-    const int64_t record = e->plan[p];
+    const int64_t record = e->record(p);
     const int file = table.file_of(record);
     const int64_t local = record - first_record_[file];
     const auto key = std::make_pair(file, local / std::max<int64_t>(1, o.block_records));

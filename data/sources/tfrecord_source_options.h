@@ -40,6 +40,9 @@ struct TFRecordSourceOptions {
   // Training: one global order, or each node's records the same every epoch (Note [Records by
   // node] in data/sources/epoch_plan.h).
   EpochOrder epoch_order = EpochOrder::kGlobal;
+  // Training: copies of each record an epoch shows, each on another rank with its own
+  // augmentation (Note [Repeated augmentation] in data/sources/epoch_plan.h); 1: off.
+  int64_t repetitions = 1;
   int64_t block_records = 64;       // records per read; ImageNet: ~7 MB
   std::string index_cache_dir;      // where index files go when the data folder is read-only
   bool fail_on_bad_record = false;  // false: skip (and count) bad records
