@@ -83,6 +83,29 @@ TEST(TFRecordSource, BatchesAreDeterministicWhateverTheThreadCounts) {
   EXPECT_TRUE(one.next_batch().images.equal(a[7].images));
 }
 
+TEST(TFRecordSource, RepeatedCopiesOfARecordAreAugmentedEachOnItsOwn) {
+  // 4 copies on 4 ranks: every rank's step holds one copy of the same records (the label and id
+  // of each row agree across ranks), each rank's crop and flip its own.
+  TempDir dir;
+  const auto files = testing::write_dataset(dir, {20, 13, 7});
+  std::vector<Batch> first;
+  for (int rank = 0; rank < 4; ++rank) {
+    auto o = options(files, true);
+    o.repetitions = 4;
+    o.rank = rank;
+    o.world_size = 4;
+    TFRecordSource source(o);
+    first.push_back(source.next_batch());
+  }
+  for (int rank = 1; rank < 4; ++rank) {
+    EXPECT_TRUE(first[rank].ids.equal(first[0].ids)) << "rank " << rank;
+    EXPECT_TRUE(first[rank].labels.equal(first[0].labels)) << "rank " << rank;
+    for (int64_t row = 0; row < 4; ++row)
+      EXPECT_FALSE(first[rank].images[row].equal(first[0].images[row]))
+          << "rank " << rank << " row " << row;
+  }
+}
+
 TEST(TFRecordSource, EqualStepsOnEveryRankAndEvaluationCountsEachImageOnce) {
   TempDir dir;
   const auto files = testing::write_dataset(dir, {17, 2, 11});
