@@ -203,8 +203,10 @@ void validate_run_modes(const Config& c) {
   check(c.eval_every_epochs >= 0, "eval_every_epochs", c.eval_every_epochs, "must be >= 0");
   check(c.target_top1 >= 0 && c.target_top1 <= 100, "target_top1", c.target_top1,
         "must be a top-1 percentage in (0, 100], or 0 (off)");
-  check(c.target_top1 == 0 || c.data_source != DataSource::kSynthetic, "target_top1", c.target_top1,
-        "needs held-out data: data_source = tfrecord with val_data (or generated)");
+  check(c.target_top1 == 0 || c.data_source == DataSource::kGenerated ||
+            (c.data_source == DataSource::kTfrecord && !c.val_data.empty()),
+        "target_top1", c.target_top1,
+        "needs held-out data to evaluate: data_source = tfrecord with val_data (or generated)");
   check(c.checkpoint_every_steps >= 0, "checkpoint_every_steps", c.checkpoint_every_steps,
         "must be >= 0");
   check(c.keep_checkpoints >= 1, "keep_checkpoints", c.keep_checkpoints, "must be >= 1");

@@ -222,6 +222,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{{"--augment_interpolation", "bicubic"}, "augment_interpolation"},
         BadValue{{"--epoch_order", "random"}, "epoch_order"},
         BadValue{{"--repeated_augmentation", "0"}, "repeated_augmentation"},
+        BadValue{{"--target_top1", "101"}, "target_top1"},
+        BadValue{
+            {"--target_top1", "75", "--data_source", "tfrecord", "--train_data", "/data/train-*"},
+            "target_top1"},
         BadValue{{"--repeated_augmentation", "4", "--data_source", "generated"},
                  "repeated_augmentation"},
         BadValue{{"--epoch_order", "by_node", "--data_source", "generated"}, "epoch_order"},
