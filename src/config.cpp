@@ -111,6 +111,9 @@ void add_options(CLI::App& app, Config& c) {
   add("Data", "class_names_file", c.class_names_file,
       "class names, one 'WNID words' per line; \"\": synsets.txt beside the data");
   add("Data", "val_resize", c.val_resize, "tfrecord: eval shorter side before centre crop");
+  add_choice(
+      "Augmentation", "train_crop", c.train_crop,
+      "tfrecord training: random_resized | distorted_bounding_box (MLPerf TF2, record boxes)");
   add_choice("Augmentation", "auto_augment", c.auto_augment,
              "tfrecord training: none | trivialaugment_wide | randaugment | autoaugment_imagenet");
   add("Augmentation", "randaugment_num_ops", c.randaugment_num_ops,

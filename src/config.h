@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "data/sources/tfrecord_source_options.h"
+#include "data/transforms/augment.h"
 #include "data/transforms/augment_policy.h"
 #include "src/train/loss.h"
 #include "src/train/lr_schedule.h"
@@ -96,6 +97,10 @@ struct Config {
   // beside val_data's (src/data_classes.h).
   std::string class_names_file;
   int64_t val_resize = 256;  // evaluation: shorter side before the centre crop
+  // The training crop (data/transforms/augment.h): random_resized (torchvision's
+  // RandomResizedCrop) | distorted_bounding_box (the MLPerf TF2 reference's
+  // tf.image.sample_distorted_bounding_box over the records' boxes).
+  TrainCrop train_crop = TrainCrop::kRandomResized;
   // Augmentation of each training crop after the crop and flip, in the decode threads, as
   // torchvision.transforms.v2 (data/transforms/augment_policy.h; docs/training.md). Evaluation
   // never augments.
@@ -241,6 +246,7 @@ const std::vector<ChoiceName<GradAverage>>& choice_names(GradAverage);
 const std::vector<ChoiceName<GradCompression>>& choice_names(GradCompression);
 const std::vector<ChoiceName<EmaBuffers>>& choice_names(EmaBuffers);
 const std::vector<ChoiceName<Interpolation>>& choice_names(Interpolation);
+const std::vector<ChoiceName<TrainCrop>>& choice_names(TrainCrop);
 const std::vector<ChoiceName<EpochOrder>>& choice_names(EpochOrder);
 const std::vector<ChoiceName<WeightInit>>& choice_names(WeightInit);
 

@@ -59,6 +59,12 @@ const std::vector<ChoiceName<Interpolation>>& choice_names(Interpolation) {
       {Interpolation::kNearest, "nearest"}, {Interpolation::kBilinear, "bilinear"}};
   return names;
 }
+const std::vector<ChoiceName<TrainCrop>>& choice_names(TrainCrop) {
+  static const std::vector<ChoiceName<TrainCrop>> names = {
+      {TrainCrop::kRandomResized, "random_resized"},
+      {TrainCrop::kDistortedBoundingBox, "distorted_bounding_box"}};
+  return names;
+}
 const std::vector<ChoiceName<EpochOrder>>& choice_names(EpochOrder) {
   static const std::vector<ChoiceName<EpochOrder>> names = {{EpochOrder::kGlobal, "global"},
                                                             {EpochOrder::kByNode, "by_node"}};

@@ -116,6 +116,10 @@ void validate_generated_data_and_augmentation(const Config& c) {
   check(c.data_source == DataSource::kTfrecord || c.repeated_augmentation == 1,
         "repeated_augmentation", c.repeated_augmentation,
         "needs data_source = tfrecord (or set repeated_augmentation = 1)");
+  check(c.data_source == DataSource::kTfrecord || c.train_crop == TrainCrop::kRandomResized,
+        "data_source", name_of(c.data_source),
+        "has no records' boxes: train_crop = distorted_bounding_box needs data_source = tfrecord "
+        "(or set train_crop = random_resized)");
   check(c.data_source == DataSource::kTfrecord || c.epoch_order == EpochOrder::kGlobal,
         "epoch_order", name_of(c.epoch_order),
         "keeps each node's TFRecord files in its page cache: it needs data_source = tfrecord "

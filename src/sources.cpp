@@ -34,6 +34,7 @@ std::unique_ptr<BatchSource> make_tfrecord_source(const Config& config, c10::Dev
       static_cast<int>(training ? config.image_size : config.eval_image_size());
   o.transform.val_resize = static_cast<int>(config.val_resize);
   if (training) o.image_sizes = progressive_image_sizes(config);
+  o.transform.train_crop = config.train_crop;  // training only: evaluation takes the centre
   // Training only: transform_image never augments evaluation crops.
   o.transform.policy.policy = config.auto_augment;
   o.transform.policy.randaugment_num_ops = static_cast<int>(config.randaugment_num_ops);

@@ -4,14 +4,22 @@
 //   augment_parity_tool op NAME MAGNITUDE IN.png OUT.png [nearest|bilinear]
 //   augment_parity_tool erase TOP LEFT HEIGHT WIDTH IN.png OUT.png
 //   augment_parity_tool space POLICY HEIGHT WIDTH
+//   augment_parity_tool boxcrop WIDTH HEIGHT COUNT SEED MIN_COVERED MIN_AREA MAX_AREA
+//                       [XMIN YMIN XMAX YMAX]...
 // `space` prints one line per op: NAME SIGNED BIN..., each bin as a C99 hex float (exact).
+// `boxcrop` prints COUNT crops of distorted_bounding_box_crop (data/transforms/augment.h), one
+// per seed mix_seed(SEED, i), as "X Y WIDTH HEIGHT" lines; the other arguments keep the MLPerf
+// reference's (aspect 0.75-1.33, 100 attempts).
 // Images are RGB PNGs (OpenCV's BGR is converted at the edges).
 #include <cstdio>
 #include <iostream>
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 #include <string>
+#include <vector>
 
+#include "base/seed.h"
+#include "data/transforms/augment.h"
 #include "data/transforms/augment_policy.h"
 
 using namespace trainer;
@@ -35,7 +43,9 @@ void write_rgb(const std::string& path, const cv::Mat& rgb) {
 int usage() {
   std::cerr << "usage: augment_parity_tool op NAME MAGNITUDE IN OUT [nearest|bilinear]\n"
                "       augment_parity_tool erase TOP LEFT HEIGHT WIDTH IN OUT\n"
-               "       augment_parity_tool space POLICY HEIGHT WIDTH\n";
+               "       augment_parity_tool space POLICY HEIGHT WIDTH\n"
+               "       augment_parity_tool boxcrop W H COUNT SEED MIN_COVERED MIN_AREA MAX_AREA "
+               "[XMIN YMIN XMAX YMAX]...\n";
   return 2;
 }
 
@@ -74,6 +84,26 @@ int main(int argc, char** argv) {
       std::printf("%s %d", op_name(entry.op), entry.is_signed ? 1 : 0);
       for (float bin : entry.bins) std::printf(" %a", double(bin));
       std::printf("\n");
+    }
+    return 0;
+  }
+  if (mode == "boxcrop" && argc >= 9 && (argc - 9) % 4 == 0) {
+    const ImageSize image{std::stoi(argv[2]), std::stoi(argv[3])};
+    const long count = std::stol(argv[4]);
+    const uint64_t seed = std::stoull(argv[5]);
+    DistortedBoxOptions options;
+    options.min_object_covered = std::stof(argv[6]);
+    options.min_area = std::stof(argv[7]);
+    options.max_area = std::stof(argv[8]);
+    std::vector<NormalisedBox> boxes;
+    for (int i = 9; i < argc; i += 4)
+      boxes.push_back({std::stof(argv[i]), std::stof(argv[i + 1]), std::stof(argv[i + 2]),
+                       std::stof(argv[i + 3])});
+    for (long i = 0; i < count; ++i) {
+      std::mt19937_64 rng(mix_seed(seed, static_cast<uint64_t>(i)));
+      const CropRect c =
+          distorted_bounding_box_crop(image, {boxes.data(), boxes.size()}, rng, options);
+      std::printf("%d %d %d %d\n", c.x, c.y, c.width, c.height);
     }
     return 0;
   }

@@ -153,6 +153,11 @@ TEST(Config, AugmentationKeys) {
   EXPECT_EQ(config->random_erasing, 0.25);
   EXPECT_EQ(parse({})->auto_augment, AutoAugmentPolicy::kNone);  // off by default
   EXPECT_EQ(parse({})->random_erasing, 0.0);
+  EXPECT_EQ(parse({})->train_crop, TrainCrop::kRandomResized);  // torchvision's by default
+  EXPECT_EQ(parse({"--data_source", "tfrecord", "--train_data", "/d", "--train_crop",
+                   "distorted_bounding_box"})
+                ->train_crop,
+            TrainCrop::kDistortedBoundingBox);
 }
 
 TEST(Config, NonNumericValueIsRejected) {
@@ -274,7 +279,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{{"--random_erasing", "-0.1"}, "random_erasing"},
         // Augmentation happens in the TFRecord decode threads only: elsewhere it would be ignored.
         BadValue{{"--auto_augment", "randaugment"}, "data_source"},
-        BadValue{{"--data_source", "generated", "--random_erasing", "0.25"}, "data_source"}),
+        BadValue{{"--data_source", "generated", "--random_erasing", "0.25"}, "data_source"},
+        BadValue{{"--data_source", "tfrecord", "--train_data", "/d", "--train_crop", "bbox"},
+                 "train_crop"},
+        // The records' boxes exist only in the TFRecord source.
+        BadValue{{"--train_crop", "distorted_bounding_box"}, "data_source"}),
     [](const ::testing::TestParamInfo<BadValue>& info) {
       return info.param.key + "_" + std::to_string(info.index);
     });

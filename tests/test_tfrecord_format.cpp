@@ -234,6 +234,29 @@ TEST(Example, ReusableParserAgreesWithTheFullParse) {
   }
 }
 
+// Asked for them, the parser reads a record's boxes as {xmin, ymin, xmax, ymax}, none from a
+// record without, and each parse only its own record's.
+TEST(Example, ReusableParserReadsTheBoxes) {
+  ImageExample two, none;
+  two.encoded = none.encoded = "\xff\xd8\xff pixels";
+  two.label = none.label = 5;
+  two.boxes = {{0.1f, 0.2f, 0.6f, 0.7f}, {0.0f, 0.5f, 1.0f, 0.75f}};
+  ImageFeatureParser parser(feature_keys(RecordLayout::kTensorflow));
+  std::string_view encoded;
+  int64_t label = 0;
+  std::string error;
+  std::vector<std::array<float, 4>> boxes = {{9, 9, 9, 9}};
+  for (const ImageExample* e : {&two, &none, &two}) {
+    ASSERT_TRUE(parser.parse(serialize_image_example(*e), &encoded, &label, &error, &boxes))
+        << error;
+    EXPECT_EQ(boxes, e->boxes);
+    EXPECT_EQ(encoded, e->encoded);
+  }
+  // Not asked: left as they were.
+  ASSERT_TRUE(parser.parse(serialize_image_example(none), &encoded, &label, &error));
+  EXPECT_EQ(boxes, two.boxes);
+}
+
 // Each layout is told from one record by its two features and their kinds, whatever else the
 // record holds; a record of neither names what it holds, for the error a user reads.
 TEST(Example, DetectsEachLayoutFromOneRecord) {

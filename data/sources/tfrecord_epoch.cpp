@@ -173,14 +173,20 @@ Damage TFRecordEpoch::decode(int64_t p, const Slot& slot, Decoder& decoder, uint
   std::string_view encoded;
   int64_t label = 0;
   std::string& error = decoder.error;
-  if (!decoder.parser.parse(slot.payload, &encoded, &label, &error)) {
+  // Boxes are read only for the crop that uses them (evaluation never does).
+  const bool want_boxes = decoder.transform.training &&
+                          decoder.transform.train_crop == TrainCrop::kDistortedBoundingBox;
+  if (!decoder.parser.parse(slot.payload, &encoded, &label, &error,
+                            want_boxes ? &decoder.boxes : nullptr)) {
     // The layout named: a record of another layout is "missing" the features this one reads.
     damage.reason = detail::concat(error, " (record_layout = ", layout_name(o.record_layout), ")");
   } else if (label - o.label_offset < 0 || label - o.label_offset >= o.num_classes) {
     damage.reason = detail::concat("label ", label, " minus label_offset ", o.label_offset,
                                    " is outside [0, num_classes = ", o.num_classes, ")");
-  } else if (!transform_image(encoded, decoder.transform,
-                              mix_seed(epoch_seed, static_cast<uint64_t>(plan[p])), out, &error)) {
+  } else if (!transform_image(
+                 encoded, decoder.transform, mix_seed(epoch_seed, static_cast<uint64_t>(plan[p])),
+                 out, &error,
+                 want_boxes ? BoxList{decoder.boxes.data(), decoder.boxes.size()} : BoxList{})) {
     damage.reason = error;
   } else {
     *label_out = label - o.label_offset;

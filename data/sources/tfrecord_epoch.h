@@ -60,6 +60,7 @@ struct Decoder {
   explicit Decoder(FeatureKeys keys) : parser(keys) {}
   TransformOptions transform;  // the epoch's crop, training or evaluation
   ImageFeatureParser parser;
+  std::vector<NormalisedBox> boxes;  // the record's, read for the distorted_bounding_box crop only
   std::string error;
 };
 

@@ -1,6 +1,7 @@
 #include "data/formats/tfrecord/image_example.h"
 
 #include <algorithm>
+#include <string_view>
 #include <vector>
 
 #include "data/example.pb.h"  // generated into the build folder of data/
@@ -155,16 +156,24 @@ ImageFeatureParser::ImageFeatureParser(FeatureKeys keys)
 ImageFeatureParser::~ImageFeatureParser() = default;
 
 bool ImageFeatureParser::parse(std::string_view payload, std::string_view* encoded, int64_t* label,
-                               std::string* error) {
+                               std::string* error, std::vector<std::array<float, 4>>* boxes) {
   if (!message_->ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
     *error = "payload is not a tf.train.Example";
     return false;
   }
   const tf::BytesList* image = nullptr;
   const tf::Int64List* labels = nullptr;
+  // xmin, ymin, xmax, ymax: the order of ImageExample::boxes.
+  static constexpr std::string_view kCorners[4] = {
+      "image/object/bbox/xmin", "image/object/bbox/ymin", "image/object/bbox/xmax",
+      "image/object/bbox/ymax"};
+  const tf::FloatList* corners[4] = {nullptr, nullptr, nullptr, nullptr};
   for (const auto& entry : message_->features().feature()) {  // a map keeps a key's last entry
     if (entry.key() == keys_.image) image = &entry.value().bytes_list();
     if (entry.key() == keys_.label) labels = &entry.value().int64_list();
+    if (boxes)
+      for (int i = 0; i < 4; ++i)
+        if (entry.key() == kCorners[i]) corners[i] = &entry.value().float_list();
   }
   // Messages built only on failure: a damaged record is rare, and the warm path allocates nothing.
   if (!image || image->value_size() == 0) {
@@ -177,6 +186,14 @@ bool ImageFeatureParser::parse(std::string_view payload, std::string_view* encod
   }
   *encoded = image->value(0);
   *label = labels->value(0);
+  if (boxes) {
+    boxes->clear();
+    int n = corners[0] ? corners[0]->value_size() : 0;
+    for (const tf::FloatList* list : corners) n = std::min(n, list ? list->value_size() : 0);
+    for (int b = 0; b < n; ++b)
+      boxes->push_back(
+          {corners[0]->value(b), corners[1]->value(b), corners[2]->value(b), corners[3]->value(b)});
+  }
   return true;
 }
 

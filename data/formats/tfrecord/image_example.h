@@ -70,9 +70,11 @@ class ImageFeatureParser {
  public:
   explicit ImageFeatureParser(FeatureKeys keys);
   ~ImageFeatureParser();
-  // `encoded` points into this parser's buffers: valid until the next parse.
+  // `encoded` points into this parser's buffers: valid until the next parse. `boxes`, when given,
+  // receives image/object/bbox/{xmin,ymin,xmax,ymax} as {xmin, ymin, xmax, ymax} (as many as the
+  // shortest of the four lists; none when the record has none), reusing its capacity.
   bool parse(std::string_view payload, std::string_view* encoded, int64_t* label,
-             std::string* error);
+             std::string* error, std::vector<std::array<float, 4>>* boxes = nullptr);
 
  private:
   FeatureKeys keys_;  // views of static names (feature_keys) or of the caller's strings
