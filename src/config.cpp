@@ -5,6 +5,8 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -248,6 +250,24 @@ std::string config_file_problem(const CLI::App& app, const std::string& path) {
   return "";
 }
 
+// The largest --config file read: a config is a few dozen `key = value` lines (~2 KB).
+constexpr int64_t kMaxConfigBytes = int64_t(1) << 20;
+
+// Checks the size of the --config file among `argv` before CLI11 reads it (whole, line by line).
+void check_config_file_size(int argc, const char* const argv[]) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    std::string path;
+    if (word == "--config" && i + 1 < argc) path = argv[i + 1];
+    if (word.rfind("--config=", 0) == 0) path = word.substr(std::strlen("--config="));
+    std::error_code error;
+    const auto size = path.empty() ? 0 : std::filesystem::file_size(path, error);
+    USER_CHECK(error || size <= static_cast<uintmax_t>(kMaxConfigBytes), "config file ", path,
+               " is ", size, " bytes, over the limit of ", kMaxConfigBytes,
+               " (a config is a few dozen `key = value` lines). Fix: give the path of a config");
+  }
+}
+
 // The first unknown option among the command-line words CLI11 did not take.
 std::string unknown_argument_problem(const CLI::App& app, const std::vector<std::string>& words) {
   for (const std::string& word : words)
@@ -284,6 +304,7 @@ std::optional<CommandLine> parse_command_line(int argc, const char* const argv[]
                  "the plan's training images per epoch (default: the data source's, or "
                  "ImageNet-1k's 1281167 for TFRecords)");
   const std::string hint = ". Run `train --help` for every key and its values.";
+  check_config_file_size(argc, argv);
   try {
     app.parse(argc, argv);
     if (markdown) {

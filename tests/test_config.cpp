@@ -44,6 +44,19 @@ std::string error_of(const std::vector<std::string>& args) {
   return "";
 }
 
+TEST(Config, ConfigFilesOverTheSizeLimitAreRefusedBeforeReading) {
+  const fs::path normal = write_file("normal.toml", "batch_size = 64\n");
+  EXPECT_EQ(parse({"--config", normal.string()})->batch_size, 64);
+  const fs::path huge = write_file("huge.toml", "batch_size = 64\n");
+  fs::resize_file(huge, (int64_t(1) << 20) + 1);  // one byte over 1 MiB, sparse
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--config", huge.string()}, {"--config=" + huge.string()}}) {
+    const std::string error = error_of(args);
+    EXPECT_NE(error.find(huge.string()), std::string::npos) << error;
+    EXPECT_NE(error.find("1048577 bytes, over the limit of 1048576"), std::string::npos) << error;
+  }
+}
+
 TEST(Config, DefaultsAreValid) {
   auto config = parse({});
   ASSERT_TRUE(config.has_value());

@@ -319,6 +319,48 @@ TEST(DistortedBoundingBoxCrop, TransformImageDecodesTheCropThenFlips) {
   }
 }
 
+// `encoded` with the width and height its header gives replaced (JPEG: the SOF0 marker's; PNG:
+// IHDR's, its CRC left stale): the decoder must refuse them before it allocates the image.
+std::string with_header_size(std::string encoded, uint32_t width, uint32_t height) {
+  const bool png = encoded[0] == '\x89';
+  const size_t at = png ? 16 : encoded.find("\xFF\xC0") + 5;  // SOF0: length, precision, H, W
+  auto put = [&](size_t i, uint32_t v, int bytes) {
+    for (int k = 0; k < bytes; ++k) encoded[i + k] = char(v >> (8 * (bytes - 1 - k)));
+  };
+  if (png) {
+    put(at, width, 4);
+    put(at + 4, height, 4);
+  } else {
+    put(at, height, 2);
+    put(at + 2, width, 2);
+  }
+  return encoded;
+}
+
+TEST(CropDecode, HeadersOverThePixelLimitAreRefusedBeforeDecoding) {
+  cv::Mat out(32, 32, CV_8UC3);
+  std::string error;
+  for (const char* ext : {".jpg", ".png"}) {
+    const std::string normal = encode(smooth_image(120, 90), ext);
+    EXPECT_TRUE(decode_crop_resize(normal, {0, 0, 120, 90}, 32, 32, out.data, &error)) << error;
+    // 16384 x 16385 is one row over kMaxImagePixels (16384 x 16384); 40000 x 40000 a bomb (a
+    // JPEG of 65535 x 65535 libjpeg refuses itself: its sides stop at 65500).
+    for (const auto& [w, h] : {std::pair{16384u, 16385u}, std::pair{40000u, 40000u}}) {
+      const std::string crafted = with_header_size(normal, w, h);
+      error.clear();
+      EXPECT_FALSE(decode_crop_resize(crafted, {0, 0, 64, 64}, 32, 32, out.data, &error)) << ext;
+      const std::string claim = std::to_string(w) + " x " + std::to_string(h);
+      EXPECT_NE(error.find(claim), std::string::npos) << error;
+      EXPECT_NE(error.find("over the limit of " + std::to_string(kMaxImagePixels)),
+                std::string::npos)
+          << error;
+      cv::Mat full;
+      EXPECT_FALSE(decode_full(crafted, &full, &error)) << ext;
+      EXPECT_NE(error.find("over the limit"), std::string::npos) << error;
+    }
+  }
+}
+
 TEST(RandomResizedCrop, WithinBoundsAreaAndRatio) {
   std::mt19937_64 rng(3);
   int fallbacks = 0;

@@ -76,6 +76,84 @@ TEST(Record, DetectsEveryKindOfDamage) {
     EXPECT_EQ(status(good.substr(0, cut)), RecordStatus::kTruncated) << cut;
 }
 
+// A record header claiming `length` payload bytes (with its length CRC right), and no payload.
+std::string record_header(uint64_t length) {
+  std::string out(12, '\0');
+  auto* p = reinterpret_cast<uint8_t*>(out.data());
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(length >> (8 * i));
+  const uint32_t crc = mask_crc(crc32c(p, 8));
+  for (int i = 0; i < 4; ++i) p[8 + i] = static_cast<uint8_t>(crc >> (8 * i));
+  return out;
+}
+
+TEST(Record, LengthsOverTheLimitAreDamageNamedWithTheLimit) {
+  for (uint64_t length : {uint64_t(kMaxRecordBytes) + 1, uint64_t(1) << 60}) {
+    // Far more bytes in memory than the header needs, so only the limit can refuse it.
+    const std::string bytes = record_header(length) + std::string(4096, 'x');
+    const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
+    std::string_view payload;
+    int64_t size = 0;
+    EXPECT_EQ(parse_record(data, bytes.size(), &payload, &size), RecordStatus::kTooLarge);
+    const std::string reason = describe(RecordStatus::kTooLarge, data, bytes.size());
+    EXPECT_NE(reason.find(std::to_string(length)), std::string::npos) << reason;
+    EXPECT_NE(reason.find("limit of " + std::to_string(kMaxRecordBytes)), std::string::npos);
+  }
+  // At the limit the header is judged by the bytes present: truncated here, not too large.
+  const std::string at_limit = record_header(kMaxRecordBytes) + std::string(100, 'x');
+  std::string_view payload;
+  int64_t size = 0;
+  EXPECT_EQ(parse_record(reinterpret_cast<const uint8_t*>(at_limit.data()), at_limit.size(),
+                         &payload, &size),
+            RecordStatus::kTruncated);
+}
+
+TEST(Index, RecordOverTheLimitEndsTheScanAsDamage) {
+  TempDir dir;
+  const std::string good = frame_record("an intact record");
+  // A sparse file: the claimed record lies within it, so only the limit stops a 64 MiB read.
+  const std::string path = dir.file("data");
+  write_file(path, good + record_header(uint64_t(kMaxRecordBytes) + 1));
+  std::filesystem::resize_file(path, good.size() + kRecordOverhead + kMaxRecordBytes + 1);
+  for (bool check_payload_crc : {false, true}) {
+    const ScanResult scan = scan_tfrecord_file(path, check_payload_crc);
+    ASSERT_EQ(scan.entries.size(), 1u);
+    ASSERT_EQ(scan.bad.size(), 1u);
+    EXPECT_EQ(scan.bad[0].offset, static_cast<int64_t>(good.size()));
+    EXPECT_NE(scan.bad[0].reason.find("over the limit"), std::string::npos) << scan.bad[0].reason;
+  }
+}
+
+TEST(Index, EntriesPastTheFileOrOverTheLimitAreNotTrusted) {
+  TempDir dir;
+  const auto files = testing::write_dataset(dir, {3});
+  std::vector<BadRecord> bad;
+  const auto entries = load_or_build_index(files[0], "", &bad);
+  ASSERT_EQ(entries.size(), 3u);
+  const std::string huge = "0 " + std::to_string(uint64_t(1) << 60) + "\n";
+  const std::string past_end = "0 " + std::to_string(entries[0].size) + "\n" +
+                               std::to_string(entries[0].size) + " 9223372036854775000\n";
+  std::string too_many;  // more lines than a file of this size can have records
+  for (int i = 0; i < 100000; ++i) too_many += "0 16\n";
+  for (const std::string& index : {huge, past_end, too_many}) {
+    write_file(files[0] + ".idx", index);
+    EXPECT_EQ(load_or_build_index(files[0], "", &bad), entries);  // rebuilt from the data
+  }
+  EXPECT_TRUE(bad.empty());
+}
+
+TEST(Example, FieldLengthsPastThePayloadAreNotAnExample) {
+  // A bytes field claiming 2^40 bytes inside a payload of a few: refused, nothing allocated.
+  const std::string crafted = "\x0a" + testing::wire::varint(uint64_t(1) << 40) + "abc";
+  ImageExample example;
+  std::string error;
+  EXPECT_FALSE(parse_image_example(crafted, &example, &error));
+  EXPECT_EQ(error, "payload is not a tf.train.Example");
+  ImageFeatureParser parser(feature_keys(RecordLayout::kTensorflow));
+  std::string_view encoded;
+  int64_t label = 0;
+  EXPECT_FALSE(parser.parse(crafted, &encoded, &label, &error));
+}
+
 TEST(Index, WriterScanAndFileAgree) {
   TempDir dir;
   RecordWriter writer(dir.file("data"));

@@ -2,9 +2,11 @@
 // on a learnable task; N steps + checkpoint + resume + N steps equals 2N steps exactly;
 // checkpoints round-trip, rotate, leave no unfinished writes behind, and bad ones are clear errors;
 // and the same exact resume with the recipes' techniques on.
+#include <caffe2/serialize/inline_container.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -16,6 +18,8 @@
 #include "src/part_options.h"
 #include "src/sources.h"
 #include "src/state/checkpoint.h"
+#include "src/state/torch_pickle.h"
+#include "src/state/weights.h"
 #include "src/train/trainer.h"
 #include "tests/temp_dir.h"
 
@@ -346,6 +350,77 @@ TEST(Checkpoint, CorruptOrMismatchedCheckpointsAreUserErrors) {
   EXPECT_THROW(load_state_dict(*resnet34, state_dict(*resnet18)), UserError);
   ResNet other_classes(ResNetOptions{18, 5, false});
   EXPECT_THROW(load_state_dict(*other_classes, state_dict(*resnet18)), UserError);
+}
+
+// The UserError message of `read`, or "" when it succeeds.
+template <typename Read>
+std::string user_error_of(Read read) {
+  try {
+    read();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A torch.save file of {"w": a float tensor of `size` elements over a storage the pickle says
+// holds `numel`}, whose record holds 4 floats: torch.save's layout, written by hand.
+void write_crafted_weights(const fs::path& path, int32_t numel, int32_t size) {
+  auto int32 = [](int32_t v) { return std::string(reinterpret_cast<const char*>(&v), 4); };
+  auto text = [&](const std::string& s) { return "X" + int32(int32_t(s.size())) + s; };
+  const std::string pickle = "\x80\x02}" + text("w") + "ctorch._utils\n_rebuild_tensor_v2\n((" +
+                             text("storage") + "ctorch\nFloatStorage\n" + text("0") + text("cpu") +
+                             "J" + int32(numel) + "tQ" + std::string("K\0J", 3) + int32(size) +
+                             "\x85K\x01\x85\x89NtRs.";
+  const float values[4] = {1, 2, 3, 4};
+  caffe2::serialize::PyTorchStreamWriter writer(path.string());
+  writer.writeRecord("data.pkl", pickle.data(), pickle.size());
+  writer.writeRecord("data/0", values, sizeof(values));
+  writer.writeEndOfFile();
+}
+
+TEST(Weights, TensorsAndZipEntriesMustLieInsideTheFile) {
+  const fs::path path = scratch() / "crafted.pth";
+  write_crafted_weights(path, 4, 4);
+  const WeightsFile normal = read_weights_file(path, "init_weights");
+  EXPECT_TRUE(normal.tensors.at("w").equal(at::arange(1, 5, at::kFloat)));
+  // A storage claiming 2^31 - 1 floats (8 GB) over 16 stored bytes: LibTorch would view it.
+  write_crafted_weights(path, INT32_MAX, 4);
+  std::string error = user_error_of([&] { read_weights_file(path, "init_weights"); });
+  EXPECT_NE(error.find("claims 8589934588 bytes but the file holds 16"), std::string::npos)
+      << error;
+  // A shape of 2^31 - 1 elements over a storage of 4.
+  write_crafted_weights(path, 4, INT32_MAX);
+  error = user_error_of([&] { read_weights_file(path, "init_weights"); });
+  EXPECT_NE(error.find("reaches past its storage of 16 bytes"), std::string::npos) << error;
+  // A zip entry claiming 2 GB: refused before getRecord allocates it.
+  write_crafted_weights(path, 4, 4);
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const size_t entry = bytes.find("/data/0", bytes.find("PK\x01\x02"));
+  const size_t header = bytes.rfind("PK\x01\x02", entry);
+  ASSERT_NE(header, std::string::npos);
+  for (size_t at : {header + 20, header + 24}) std::memcpy(&bytes[at], "\xf0\xff\xff\x7f", 4);
+  std::ofstream(path, std::ios::binary) << bytes;
+  EXPECT_THROW(read_weights_file(path, "init_weights"), UserError);
+}
+
+TEST(Weights, FilesOverTheSizeLimitAreRefusedBeforeReading) {
+  const fs::path weights = scratch() / "huge.pth", checkpoint = scratch() / "huge.pt";
+  std::ofstream(weights) << "PK\x03\x04";
+  fs::resize_file(weights, kMaxWeightsFileBytes + 1);  // sparse: nothing written
+  std::string error = user_error_of([&] { read_weights_file(weights, "init_weights"); });
+  EXPECT_NE(error.find("2147483649 bytes, over the limit of 2147483648"), std::string::npos)
+      << error;
+  std::ofstream(checkpoint) << "PK\x03\x04";
+  fs::resize_file(checkpoint, kMaxCheckpointBytes + 1);
+  error = user_error_of([&] { load_checkpoint(checkpoint); });
+  EXPECT_NE(error.find("4294967297 bytes, over the limit of 4294967296"), std::string::npos)
+      << error;
+  EXPECT_NE(error.find(checkpoint.string()), std::string::npos) << error;
 }
 
 }  // namespace

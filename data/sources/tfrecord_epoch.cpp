@@ -59,15 +59,16 @@ void TFRecordEpoch::read_chunks(int reader) {
         const int64_t at = e.offset - chunk.begin;
         std::string_view payload;
         int64_t size = 0;
-        RecordStatus status =
-            parse_record(buffer.data() + at, std::min(e.size, got - at), &payload, &size);
+        const int64_t available = std::min(e.size, got - at);
+        RecordStatus status = parse_record(buffer.data() + at, available, &payload, &size);
         if (status == RecordStatus::kOk && size != e.size) status = RecordStatus::kSizeMismatch;
         if (status == RecordStatus::kOk) {
           results[m].state = Slot::kReady;
           results[m].payload.assign(payload.data(), payload.size());
         } else {
           results[m].state = Slot::kBad;
-          results[m].damage = {chunk.file, e.offset, to_string(status)};
+          results[m].damage = {chunk.file, e.offset,
+                               describe(status, buffer.data() + at, available)};
         }
       }
       std::lock_guard<std::mutex> lock(mutex);

@@ -203,10 +203,12 @@ Checkpoint load_checkpoint(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   USER_CHECK(in, "cannot read checkpoint ", path, ": ", std::strerror(errno),
              ". Fix: check the path, or set resume = none to start afresh");
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   c10::IValue value;
   try {
-    value = torch::jit::pickle_load(bytes);
+    // Sizes checked before they are read (kMaxCheckpointBytes, each entry and tensor inside it).
+    value = read_torch_save_file(path.string(), kMaxCheckpointBytes, "checkpoint");
+  } catch (const UserError&) {
+    throw;
   } catch (const std::exception& e) {
     throw UserError("checkpoint " + path.string() + " is not a readable torch checkpoint (" +
                     std::string(e.what()).substr(0, 200) + "). Fix: resume from another one");

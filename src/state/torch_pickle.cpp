@@ -6,9 +6,13 @@
 #include <torch/csrc/jit/serialization/unpickler.h>
 
 #include <cstring>
+#include <filesystem>
+#include <map>
 #include <optional>
 #include <set>
 #include <string_view>
+
+#include "base/check.h"
 
 namespace trainer {
 namespace {
@@ -156,6 +160,73 @@ c10::IValue without_attributes(const c10::IValue& value) {
   return value;
 }
 
+// The file's size, checked against `max_bytes` before anything of it is read.
+int64_t checked_file_size(const std::string& path, int64_t max_bytes, const std::string& what) {
+  std::error_code error;
+  const auto size = static_cast<int64_t>(std::filesystem::file_size(path, error));
+  USER_CHECK(!error, what, " '", path, "' cannot be read: ", error.message());
+  USER_CHECK(size <= max_bytes, what, " '", path, "' is ", size, " bytes, over the limit of ",
+             max_bytes, " bytes for a ", what,
+             " (a ResNet-50 checkpoint is ~300 MB, its weights ~100 MB): not a file this trainer "
+             "wrote or reads. Fix: give the path of the right file");
+  return size;
+}
+
+// Each entry of `archive` lies inside the file of `file_size` bytes: getRecord allocates the size
+// the zip's directory claims before it reads a byte.
+void check_entries(caffe2::serialize::PyTorchStreamReader& archive, int64_t file_size,
+                   const std::string& path, const std::string& what) {
+  for (const std::string& name : archive.getAllRecords()) {
+    const size_t size = archive.getRecordSize(name);
+    const size_t offset = archive.getRecordOffset(name);
+    USER_CHECK(
+        offset <= static_cast<size_t>(file_size) && size <= static_cast<size_t>(file_size) - offset,
+        what, " '", path, "': zip entry '", name, "' at byte ", offset, " claims ", size,
+        " bytes, past the file's end at ", file_size,
+        ": the file is damaged or crafted. Fix: save it again with torch.save");
+  }
+}
+
+// Every tensor in `value` lies inside the bytes stored for its storage (`stored`: the size of
+// each record read, by its data pointer). LibTorch's unpickler sizes a storage by the element
+// count the pickle claims and views a tensor by the shape it claims, checking neither.
+void check_tensors(const c10::IValue& value, const std::map<const void*, size_t>& stored,
+                   const std::string& path, const std::string& what) {
+  if (value.isTensor()) {
+    const at::Tensor& t = value.toTensor();
+    if (t.numel() == 0) return;
+    const auto found = stored.find(t.storage().data());
+    const size_t bytes = found == stored.end() ? 0 : found->second;
+    USER_CHECK(t.storage().nbytes() <= bytes, what, " '", path, "': a tensor storage claims ",
+               t.storage().nbytes(), " bytes but the file holds ", bytes,
+               " for it: the file is damaged or crafted. Fix: save it again with torch.save");
+    // The last element's byte, without overflow: the shape and strides are the pickle's word.
+    uint64_t last = static_cast<uint64_t>(t.storage_offset()), step = 0;
+    bool fits = t.storage_offset() >= 0;
+    for (int64_t d = 0; d < t.dim() && fits; ++d)
+      fits = t.stride(d) >= 0 &&
+             !__builtin_mul_overflow(static_cast<uint64_t>(t.size(d) - 1),
+                                     static_cast<uint64_t>(t.stride(d)), &step) &&
+             !__builtin_add_overflow(last, step, &last);
+    fits = fits && !__builtin_mul_overflow(last + 1, static_cast<uint64_t>(t.itemsize()), &last) &&
+           last <= t.storage().nbytes();
+    USER_CHECK(fits, what, " '", path, "': a tensor of shape ", t.sizes(), " and strides ",
+               t.strides(), " at storage offset ", t.storage_offset(),
+               " reaches past its storage of ", t.storage().nbytes(),
+               " bytes: the file is damaged or crafted. Fix: save it again with torch.save");
+  } else if (value.isGenericDict()) {
+    for (const auto& entry : value.toGenericDict()) {
+      check_tensors(entry.key(), stored, path, what);
+      check_tensors(entry.value(), stored, path, what);
+    }
+  } else if (value.isList()) {
+    for (const c10::IValue& item : value.toListRef()) check_tensors(item, stored, path, what);
+  } else if (value.isTuple()) {
+    for (const c10::IValue& item : value.toTupleRef().elements())
+      check_tensors(item, stored, path, what);
+  }
+}
+
 }  // namespace
 
 // torch::jit::pickle_save, with tag_aggregates = false.
@@ -183,13 +254,17 @@ std::vector<char> pickle_for_python(const c10::IValue& value) {
   return archive;
 }
 
-c10::IValue read_torch_save_file(const std::string& path) {
+c10::IValue read_torch_save_file(const std::string& path, int64_t max_file_bytes,
+                                 const std::string& what) {
+  const int64_t file_size = checked_file_size(path, max_file_bytes, what);
   caffe2::serialize::PyTorchStreamReader archive(path);
+  check_entries(archive, file_size, path, what);
   const auto [data, size] = archive.getRecord("data.pkl");
   const std::string original(static_cast<const char*>(data.get()), size);
   const std::optional<std::string> rewritten = OrderedDictRewriter(original).run();
   const std::string& pickle = rewritten ? *rewritten : original;
   size_t read = 0;
+  std::map<const void*, size_t> stored;  // the bytes read for each storage, by data pointer
   torch::jit::Unpickler unpickler(
       [&](char* buffer, size_t length) {
         length = std::min(length, pickle.size() - read);
@@ -198,10 +273,15 @@ c10::IValue read_torch_save_file(const std::string& path) {
         return length;
       },
       /*type_resolver=*/nullptr, /*obj_loader=*/nullptr,
-      [&](const std::string& name) { return std::get<0>(archive.getRecord("data/" + name)); },
+      [&](const std::string& name) {
+        auto record = archive.getRecord("data/" + name);
+        stored[std::get<0>(record).get()] = std::get<1>(record);
+        return std::move(std::get<0>(record));
+      },
       at::Device(at::kCPU));
   unpickler.set_version(archive.version());
   const c10::IValue value = unpickler.parse_ivalue();
+  check_tensors(value, stored, path, what);
   return rewritten ? without_attributes(value) : value;
 }
 

@@ -41,7 +41,9 @@ c10::IValue read_file(const fs::path& path, const std::string& key) {
              "PyTorch file at all). ",
              resave_fix(path));
   try {
-    return read_torch_save_file(path.string());
+    return read_torch_save_file(path.string(), kMaxWeightsFileBytes, "weights file");
+  } catch (const UserError& e) {
+    throw UserError(key + ": " + e.what());
   } catch (const std::exception& e) {
     throw UserError(key + " = '" + path.string() + "' holds more than tensors (" +
                     std::string(e.what()).substr(0, 160) + "). " + resave_fix(path));

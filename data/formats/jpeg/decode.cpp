@@ -12,14 +12,33 @@
 #include <opencv2/imgproc.hpp>
 #include <vector>
 
+#include "base/check.h"
+
 namespace trainer {
 namespace {
-
-constexpr int64_t kMaxPixels = int64_t(1) << 28;  // 268 Mpixel: larger is damage or a bomb
 
 bool is_jpeg(std::string_view data) {
   return data.size() >= 3 && uint8_t(data[0]) == 0xFF && uint8_t(data[1]) == 0xD8 &&
          uint8_t(data[2]) == 0xFF;
+}
+
+bool is_png(std::string_view data) {
+  return data.size() >= 8 && data.substr(0, 8) == std::string_view("\x89PNG\r\n\x1a\n", 8);
+}
+
+uint32_t load_big_endian_u32(std::string_view data, size_t at) {
+  uint32_t v = 0;
+  for (size_t i = 0; i < 4; ++i) v = (v << 8) | uint8_t(data[at + i]);
+  return v;
+}
+
+// The error for an image whose header claims more than kMaxImagePixels; empty when within it.
+std::string too_many_pixels(const char* format, int64_t width, int64_t height) {
+  if (width * height <= kMaxImagePixels) return "";
+  return detail::concat(format, " header claims ", width, " x ", height, " = ", width * height,
+                        " pixels, over the limit of ", kMaxImagePixels,
+                        " (16384 x 16384: 7x ImageNet's largest image); the image is damaged or "
+                        "crafted. Fix: re-create or drop the image");
 }
 
 // libjpeg reports fatal errors through error_exit, which must not return: jump back to the
@@ -133,9 +152,12 @@ bool decode_jpeg_region(std::string_view data, const CropChooser& choose_crop, i
   }
   read_jpeg_header(cinfo, data);
   const int W = static_cast<int>(cinfo.image_width), H = static_cast<int>(cinfo.image_height);
-  if (int64_t(W) * H > kMaxPixels || W <= 0 || H <= 0) {
+  // Before anything of the image's size is allocated (the region, libjpeg's buffers).
+  if (int64_t(W) * H > kMaxImagePixels || W <= 0 || H <= 0) {
     jpeg_destroy_decompress(&cinfo);
-    *error = "JPEG of " + std::to_string(W) + "x" + std::to_string(H) + " pixels is too large";
+    *error = W <= 0 || H <= 0
+                 ? "JPEG of " + std::to_string(W) + "x" + std::to_string(H) + " pixels is empty"
+                 : too_many_pixels("JPEG", W, H);
     return false;
   }
   const CropRect crop = clip_to_image(choose_crop({W, H}), W, H);
@@ -275,13 +297,17 @@ bool decode_full(std::string_view data, cv::Mat* rgb, std::string* error) {
   if (is_jpeg(data)) {
     ImageSize size;
     if (!encoded_image_size(data, &size, error)) return false;
-    if (int64_t(size.width) * size.height > kMaxPixels) {
-      *error = "image too large";
-      return false;
-    }
+    *error = too_many_pixels("JPEG", size.width, size.height);
+    if (!error->empty()) return false;
     rgb->create(size.height, size.width, CV_8UC3);
     return decode_crop_resize(data, {0, 0, size.width, size.height}, size.width, size.height,
                               rgb->data, error);
+  }
+  // OpenCV allocates the decoded image from the header (its own limit is 2^30 pixels): a PNG's
+  // size is checked against ours first, from its IHDR chunk (bytes 16..23, big-endian).
+  if (is_png(data) && data.size() >= 24) {
+    *error = too_many_pixels("PNG", load_big_endian_u32(data, 16), load_big_endian_u32(data, 20));
+    if (!error->empty()) return false;
   }
   cv::Mat encoded(1, static_cast<int>(data.size()), CV_8UC1, const_cast<char*>(data.data()));
   cv::Mat bgr;
@@ -295,6 +321,8 @@ bool decode_full(std::string_view data, cv::Mat* rgb, std::string* error) {
     *error = "image is neither a decodable JPEG nor another format OpenCV reads";
     return false;
   }
+  *error = too_many_pixels("image", bgr.cols, bgr.rows);  // other formats: after OpenCV's limit
+  if (!error->empty()) return false;
   cv::cvtColor(bgr, *rgb, cv::COLOR_BGR2RGB);
   return true;
 }

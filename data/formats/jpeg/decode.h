@@ -15,6 +15,10 @@ class Mat;
 
 namespace trainer {
 
+// The most pixels (width x height, from the header) decoded: 16384 x 16384, over 7x ImageNet's
+// largest image (~7,000 x 5,000) and under OpenCV's own 2^30; larger is damage or a bomb.
+constexpr int64_t kMaxImagePixels = int64_t(1) << 28;
+
 struct ImageSize {
   int width = 0;
   int height = 0;

@@ -20,12 +20,18 @@ namespace trainer {
 namespace {
 
 constexpr int64_t kScanChunk = 8 << 20;  // bytes per read while scanning: large for Lustre
+// The longest line of an index file read: `<offset> <size>\n` is at most 19 + 1 + 8 + 1 bytes.
+constexpr int64_t kMaxIndexLineBytes = 64;
 
-// True when `entries` tile a prefix of a file of `file_size` bytes with framed records.
+// True when `entries` tile a prefix of a file of `file_size` bytes with framed records, none over
+// kMaxRecordBytes (an entry past the end, or too large, makes the index stale: it is rebuilt, and
+// the scan reports the record). Compared without overflow: the entries are the file's word.
 bool consistent(const std::vector<IndexEntry>& entries, int64_t file_size) {
   int64_t end = 0;
   for (const auto& e : entries) {
-    if (e.offset != end || e.size < kRecordOverhead) return false;
+    if (e.offset != end || e.size < kRecordOverhead || e.size > kMaxRecordBytes + kRecordOverhead ||
+        e.size > file_size - end)
+      return false;
     end += e.size;
   }
   return end == file_size;
@@ -40,6 +46,7 @@ RecordStatus check_frame(const uint8_t* p, int64_t available, int64_t remaining,
   const uint32_t stored =
       uint32_t(p[8]) | uint32_t(p[9]) << 8 | uint32_t(p[10]) << 16 | uint32_t(p[11]) << 24;
   if (mask_crc(crc32c(p, 8)) != stored) return RecordStatus::kBadLengthCrc;
+  if (length > static_cast<uint64_t>(kMaxRecordBytes)) return RecordStatus::kTooLarge;
   if (length > static_cast<uint64_t>(remaining - kRecordOverhead)) return RecordStatus::kTruncated;
   *size = static_cast<int64_t>(length) + kRecordOverhead;
   return RecordStatus::kOk;
@@ -65,15 +72,15 @@ ScanResult scan_tfrecord_file(const std::string& path, bool check_payload_crc) {
     ensure(12);
     auto available = [&] { return buffer_offset + static_cast<int64_t>(buffer.size()) - offset; };
     int64_t size = 0;
-    RecordStatus status = check_frame(buffer.data() + (offset - buffer_offset), available(),
-                                      file.size() - offset, &size);
+    auto here = [&] { return buffer.data() + (offset - buffer_offset); };
+    RecordStatus status = check_frame(here(), available(), file.size() - offset, &size);
     if (status == RecordStatus::kOk && check_payload_crc) {
-      ensure(size);
+      ensure(size);  // at most kMaxRecordBytes + kRecordOverhead: check_frame's limit
       std::string_view payload;
-      status = parse_record(buffer.data() + (offset - buffer_offset), available(), &payload, &size);
+      status = parse_record(here(), available(), &payload, &size);
     }
     if (status != RecordStatus::kOk) {
-      result.bad.push_back({path, offset, to_string(status)});
+      result.bad.push_back({path, offset, describe(status, here(), available())});
       break;  // the frame is lost: no way to find the next record
     }
     result.entries.push_back({offset, size});
@@ -82,12 +89,13 @@ ScanResult scan_tfrecord_file(const std::string& path, bool check_payload_crc) {
   return result;
 }
 
-std::vector<IndexEntry> read_index_file(const std::string& path) {
+std::vector<IndexEntry> read_index_file(const std::string& path, int64_t most_entries) {
   std::ifstream in(path);
   USER_CHECK(in, "cannot read index file '", path, "'");
   std::vector<IndexEntry> entries;
   std::string line;
-  for (int64_t number = 1; std::getline(in, line); ++number) {
+  for (int64_t number = 1;
+       static_cast<int64_t>(entries.size()) <= most_entries && std::getline(in, line); ++number) {
     if (line.empty()) continue;
     std::istringstream fields(line);
     IndexEntry e;
@@ -144,7 +152,12 @@ std::vector<IndexEntry> load_or_build_index(const std::string& data_path,
   const std::string cached = cache_dir.empty() ? "" : cached_index_path(data_path, cache_dir);
   for (const std::string& candidate : {beside, cached}) {
     if (candidate.empty() || !fs::exists(candidate, error)) continue;
-    auto entries = read_index_file(candidate);
+    // A file of `file_size` bytes holds at most file_size / kRecordOverhead records: an index
+    // longer than their lines, or with more entries, is not read through (and is rebuilt).
+    const int64_t most_entries = file_size / kRecordOverhead;
+    const auto index_size = static_cast<int64_t>(fs::file_size(candidate, error));
+    if (error || index_size > (most_entries + 1) * kMaxIndexLineBytes) continue;
+    auto entries = read_index_file(candidate, most_entries);
     if (consistent(entries, file_size)) return entries;  // else stale or damaged: rebuild
   }
   ScanResult scan = scan_tfrecord_file(data_path, /*check_payload_crc=*/false);

@@ -3,6 +3,7 @@
 // beside the data when that folder is writable and in a cache folder otherwise.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,10 @@ struct ScanResult {
 // (lengths and their CRCs), which is all an index needs; the reader checks payloads later.
 ScanResult scan_tfrecord_file(const std::string& path, bool check_payload_crc);
 
-std::vector<IndexEntry> read_index_file(const std::string& path);  // UserError when malformed
+// The entries of an index file; UserError when a line is malformed. Reading stops after
+// `most_entries` + 1 entries (more than a file of that many minimal records can have).
+std::vector<IndexEntry> read_index_file(const std::string& path,
+                                        int64_t most_entries = INT64_MAX - 1);
 // Writes atomically (a temporary file renamed over the target), so ranks racing to build the
 // same index never see a partial one. The temporary file's name starts with a dot, so no data
 // glob (`train-*`) or folder listing ever takes it for data. Returns false when the folder is

@@ -37,8 +37,16 @@ const char* to_string(RecordStatus status) {
       return "bad payload CRC";
     case RecordStatus::kSizeMismatch:
       return "record size differs from the index";
+    case RecordStatus::kTooLarge:
+      return "record length over the limit";
   }
   return "unknown";
+}
+
+std::string describe(RecordStatus status, const uint8_t* data, int64_t available) {
+  if (status != RecordStatus::kTooLarge || available < 8) return to_string(status);
+  return detail::concat("record length ", load_u64(data), " bytes is over the limit of ",
+                        kMaxRecordBytes, " (a record holds one image)");
 }
 
 RecordStatus parse_record(const uint8_t* data, int64_t available, std::string_view* payload,
@@ -46,6 +54,7 @@ RecordStatus parse_record(const uint8_t* data, int64_t available, std::string_vi
   if (available < 12) return RecordStatus::kTruncated;
   const uint64_t length = load_u64(data);
   if (mask_crc(crc32c(data, 8)) != load_u32(data + 8)) return RecordStatus::kBadLengthCrc;
+  if (length > static_cast<uint64_t>(kMaxRecordBytes)) return RecordStatus::kTooLarge;
   // Compare without overflow: a corrupt length passing its CRC is near impossible, but a huge
   // one must still not wrap around.
   if (available < kRecordOverhead || length > static_cast<uint64_t>(available - kRecordOverhead))

@@ -12,12 +12,19 @@
 namespace trainer {
 
 constexpr int64_t kRecordOverhead = 16;  // 8 length + 4 length CRC + 4 payload CRC bytes
+// The longest payload read: a record holds one image, and ImageNet's largest is ~15 MB; a larger
+// length is damage or a crafted file, reported before anything of that size is allocated.
+constexpr int64_t kMaxRecordBytes = int64_t(64) << 20;
 
-enum class RecordStatus { kOk, kTruncated, kBadLengthCrc, kBadDataCrc, kSizeMismatch };
+enum class RecordStatus { kOk, kTruncated, kBadLengthCrc, kBadDataCrc, kSizeMismatch, kTooLarge };
 const char* to_string(RecordStatus status);
+// The damage reason of `status` for the record at `data` (`available` bytes in memory): its
+// to_string, with the length and the limit for kTooLarge.
+std::string describe(RecordStatus status, const uint8_t* data, int64_t available);
 
 // Parses the record starting at `data`, of which `available` bytes are in memory. On kOk,
-// `payload` views the payload and `record_size` is its framed size.
+// `payload` views the payload and `record_size` is its framed size. A length over
+// kMaxRecordBytes is kTooLarge, judged from the 12 header bytes alone.
 RecordStatus parse_record(const uint8_t* data, int64_t available, std::string_view* payload,
                           int64_t* record_size);
 

@@ -26,15 +26,18 @@ std::optional<std::string> first_intact_payload(const ReadFile& file, int* tries
     file.read_at(offset, head, 8);
     uint64_t length = 0;  // little-endian
     for (int i = 7; i >= 0; --i) length = (length << 8) | head[i];
-    // Bounded by the file, so that a damaged length sizes no huge read; parse_record judges it.
+    // Bounded by the file and kMaxRecordBytes, so that a damaged length sizes no huge read;
+    // parse_record judges it (kTooLarge from the header alone).
     const auto left = static_cast<uint64_t>(file.size() - offset);
-    record.resize(static_cast<size_t>(std::min(left, std::min(length, left) + kRecordOverhead)));
+    const uint64_t most = std::min(length, static_cast<uint64_t>(kMaxRecordBytes));
+    record.resize(static_cast<size_t>(std::min(left, std::min(most, left) + kRecordOverhead)));
     const int64_t got = file.read_at(offset, record.data(), static_cast<int64_t>(record.size()));
     std::string_view payload;
     int64_t size = 0;
     const RecordStatus status = parse_record(record.data(), got, &payload, &size);
     if (status == RecordStatus::kOk) return std::string(payload);
-    *damage = detail::concat(file.path(), " at byte ", offset, ": ", to_string(status));
+    *damage = detail::concat(file.path(), " at byte ", offset, ": ",
+                             describe(status, record.data(), got));
     if (status != RecordStatus::kBadDataCrc) return std::nullopt;  // no sound length to step on
     offset += static_cast<int64_t>(length) + kRecordOverhead;
   }
