@@ -25,5 +25,6 @@ cmake -S "$root" -B "$build_dir" -G Ninja \
   -DCMAKE_PREFIX_PATH="${CMAKE_PREFIX_PATH:-$torch_prefix}" \
   -DPYTHON_EXECUTABLE="$python" \
   -DTRAINER_BUILD_TESTS="${BUILD_TESTS:-ON}" \
+  ${TRAINER_SANITIZE:+-DTRAINER_SANITIZE="$TRAINER_SANITIZE"} \
   ${TORCH_CUDA_ARCH_LIST:+-DTORCH_CUDA_ARCH_LIST="$TORCH_CUDA_ARCH_LIST"}
 cmake --build "$build_dir" -j "${BUILD_JOBS:-$(nproc)}" ${1:+--target "$@"}
