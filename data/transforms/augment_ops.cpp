@@ -13,8 +13,16 @@ constexpr double kPi = 3.14159265358979323846;
 
 // The loops with fused multiply-adds are compiled twice, for CPUs with the FMA instruction and
 // without (where std::fma is a library call, several times slower); the loader picks one. Both
-// round once, so both give the same pixels.
-#if defined(__x86_64__) && defined(__GNUC__)
+// round once, so both give the same pixels. Not under ThreadSanitizer: the loader runs the
+// clones' resolver before the sanitizer's run time is up, and the instrumented resolver crashes.
+#if defined(__SANITIZE_THREAD__)
+#define TRAINER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TRAINER_TSAN 1
+#endif
+#endif
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(TRAINER_TSAN)
 #define FMA_CLONES __attribute__((target_clones("fma", "default")))
 #else
 #define FMA_CLONES
