@@ -53,25 +53,33 @@ TEST(EpochPlan, TrainingStepsTrainEveryRecordOnceForWorldSizes1To8) {
   }
 }
 
+// A run resized between legs: `world` ranks of `batch` for `steps` steps each (the last leg to the
+// epoch's end), each resuming where the one before stopped. Every entry the ranks took.
+struct Leg {
+  int world;
+  int64_t batch, steps;
+};
+std::multiset<int64_t> entries_across_resizes(const RecordTable& table, EpochOrder order,
+                                              int64_t repetitions, std::vector<Leg> legs) {
+  std::multiset<int64_t> seen;
+  int64_t position = 0;
+  for (const Leg& leg : legs) {
+    for (int rank = 0; rank < leg.world; ++rank) {
+      PlanOptions o{true, 7, leg.batch, 16, 8, rank, leg.world, order, repetitions};
+      const auto taken = first_steps(rank_plan(table, o, 2, position), leg.batch, leg.steps);
+      seen.insert(taken.begin(), taken.end());
+    }
+    position = std::min(table.total(), position + leg.steps * leg.batch * leg.world);
+  }
+  return seen;
+}
+
 TEST(EpochPlan, ResizedRunsTrainEveryRecordOnce) {
   // 2 ranks x 4 for 5 steps, then 3 ranks x 4 for 4 steps, then 1 rank x 5 to the end of the
   // epoch: each record once, as an uninterrupted run, whatever the world size at each point.
   const RecordTable table(kCounts);
-  struct Leg {
-    int world;
-    int64_t batch, steps;
-  };
   for (EpochOrder order : kOrders) {
-    std::multiset<int64_t> seen;
-    int64_t position = 0;
-    for (const Leg& leg : {Leg{2, 4, 5}, Leg{3, 4, 4}, Leg{1, 5, 1000}}) {
-      for (int rank = 0; rank < leg.world; ++rank) {
-        PlanOptions o{true, 7, leg.batch, 16, 8, rank, leg.world, order};
-        const auto taken = first_steps(rank_plan(table, o, 2, position), leg.batch, leg.steps);
-        seen.insert(taken.begin(), taken.end());
-      }
-      position = std::min(table.total(), position + leg.steps * leg.batch * leg.world);
-    }
+    const auto seen = entries_across_resizes(table, order, 1, {{2, 4, 5}, {3, 4, 4}, {1, 5, 1000}});
     ASSERT_EQ(static_cast<int64_t>(seen.size()), table.total());
     for (int64_t r = 0; r < table.total(); ++r) EXPECT_EQ(seen.count(r), 1u) << "record " << r;
   }
@@ -296,21 +304,8 @@ TEST(EpochPlan, RepeatedAugmentationShowsAQuarterOfTheRecordsFourTimesOnFourRank
 TEST(EpochPlan, RepeatedAugmentationResumesExactlyAtOtherWorldSizes) {
   // As ResizedRunsTrainEveryRecordOnce, with 4 copies: every position of the order, once.
   const RecordTable table(kCounts);
-  struct Leg {
-    int world;
-    int64_t batch, steps;
-  };
   for (EpochOrder order : kOrders) {
-    std::multiset<int64_t> seen;
-    int64_t position = 0;
-    for (const Leg& leg : {Leg{4, 4, 5}, Leg{3, 4, 4}, Leg{1, 5, 1000}}) {
-      for (int rank = 0; rank < leg.world; ++rank) {
-        PlanOptions o{true, 7, leg.batch, 16, 8, rank, leg.world, order, 4};
-        const auto taken = first_steps(rank_plan(table, o, 2, position), leg.batch, leg.steps);
-        seen.insert(taken.begin(), taken.end());
-      }
-      position = std::min(table.total(), position + leg.steps * leg.batch * leg.world);
-    }
+    const auto seen = entries_across_resizes(table, order, 4, {{4, 4, 5}, {3, 4, 4}, {1, 5, 1000}});
     PlanOptions o{true, 7, 4, 16, 8, 0, 1, order, 4};
     const auto keys = global_order(table, o, 2);
     EXPECT_EQ(seen, std::multiset<int64_t>(keys.begin(), keys.end()));

@@ -23,13 +23,22 @@ double seconds_since_process_start() {
   return up - static_cast<double>(start_ticks) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
-int64_t bytes_read_by_process() {
+namespace {
+
+// One counter of /proc/self/io ("rchar:", "read_bytes:"); 0 when it is not readable.
+int64_t io_counter(const std::string& name) {
   std::ifstream io("/proc/self/io");
   std::string key;
   int64_t value = 0;
   while (io >> key >> value)
-    if (key == "rchar:") return value;
+    if (key == name) return value;
   return 0;
 }
+
+}  // namespace
+
+int64_t bytes_read_by_process() { return io_counter("rchar:"); }
+
+int64_t bytes_read_from_storage() { return io_counter("read_bytes:"); }
 
 }  // namespace trainer

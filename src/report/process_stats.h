@@ -14,4 +14,8 @@ double seconds_since_process_start();
 // configuration, whether or not they came from the page cache); 0 when /proc is not readable.
 int64_t bytes_read_by_process();
 
+// Bytes this process had fetched from storage (read_bytes: page-cache hits not counted); 0 when
+// /proc is not readable.
+int64_t bytes_read_from_storage();
+
 }  // namespace trainer

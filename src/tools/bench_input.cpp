@@ -8,13 +8,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <string>
 
 #include "data/formats/tfrecord/file.h"
 #include "data/formats/tfrecord/record_layout.h"
 #include "data/sources/tfrecord_source.h"
+#include "src/report/process_stats.h"
 #include "src/tools/tool_main.h"
 
 using namespace std::string_literals;
@@ -80,17 +80,6 @@ void run_row(trainer::TFRecordSourceOptions run, const std::string& mode, const 
   std::fflush(stdout);
 }
 
-// Bytes this process has had fetched from storage, page-cache hits not counted (read_bytes of
-// /proc/self/io; -1 where the kernel does not account it).
-int64_t storage_read_bytes() {
-  std::ifstream io("/proc/self/io");
-  std::string key;
-  int64_t value = 0;
-  while (io >> key >> value)
-    if (key == "read_bytes:") return value;
-  return -1;
-}
-
 // Whole training epochs of rank o.rank of o.world_size: one row each, timed from the epoch's
 // start (the first from the source's construction, which starts it) to its last batch.
 void run_epochs(trainer::TFRecordSourceOptions o, int epochs, int threads) {
@@ -98,12 +87,12 @@ void run_epochs(trainer::TFRecordSourceOptions o, int epochs, int threads) {
   o.decode_threads = threads;
   std::printf("%-6s %8s %10s %12s %22s %12s\n", "epoch", "images", "seconds", "images/s",
               "MB read from storage", "KB/image");
-  int64_t read_before = storage_read_bytes();
+  int64_t read_before = trainer::bytes_read_from_storage();
   auto start = std::chrono::steady_clock::now();
   trainer::TFRecordSource source(o);
   for (int epoch = 0; epoch < epochs; ++epoch) {
     if (epoch > 0) {
-      read_before = storage_read_bytes();
+      read_before = trainer::bytes_read_from_storage();
       start = std::chrono::steady_clock::now();
       source.start_epoch(epoch);
     }
@@ -111,7 +100,7 @@ void run_epochs(trainer::TFRecordSourceOptions o, int epochs, int threads) {
     while (source.batches_left() > 0) images += source.next_batch().images.size(0);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const double read = static_cast<double>(storage_read_bytes() - read_before);
+    const double read = static_cast<double>(trainer::bytes_read_from_storage() - read_before);
     std::printf("%-6d %8lld %10.2f %12.1f %22.1f %12.1f\n", epoch + 1,
                 static_cast<long long>(images), seconds, static_cast<double>(images) / seconds,
                 read / 1e6, images ? read / 1e3 / static_cast<double>(images) : 0.0);
