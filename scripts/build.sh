@@ -26,5 +26,6 @@ cmake -S "$root" -B "$build_dir" -G Ninja \
   -DPYTHON_EXECUTABLE="$python" \
   -DTRAINER_BUILD_TESTS="${BUILD_TESTS:-ON}" \
   ${TRAINER_SANITIZE:+-DTRAINER_SANITIZE="$TRAINER_SANITIZE"} \
+  ${TRAINER_FUZZ:+-DTRAINER_FUZZ="$TRAINER_FUZZ"} \
   ${TORCH_CUDA_ARCH_LIST:+-DTORCH_CUDA_ARCH_LIST="$TORCH_CUDA_ARCH_LIST"}
 cmake --build "$build_dir" -j "${BUILD_JOBS:-$(nproc)}" ${1:+--target "$@"}

@@ -23,6 +23,7 @@ CC=clang CXX=clang++ BUILD_DIR="$build" TRAINER_SANITIZE=$flags \
 supp=$root/tests/sanitizers
 export ASAN_OPTIONS="abort_on_error=1:suppressions=$supp/asan.supp"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp"
+export LSAN_OPTIONS="suppressions=$supp/lsan.supp"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp"
 # LibTorch's kernels run on OpenMP (libgomp) threads, whose barriers ThreadSanitizer cannot see
 # (libgomp is not instrumented): every tensor op would look like a race. One OpenMP thread runs

@@ -408,6 +408,22 @@ TEST(Weights, TensorsAndZipEntriesMustLieInsideTheFile) {
   EXPECT_THROW(read_weights_file(path, "init_weights"), UserError);
 }
 
+TEST(Weights, PickleArgumentsMustLieInsideThePickle) {
+  // A string whose 4-byte length claims 2 GB in a pickle of 13 bytes: LibTorch's unpickler would
+  // allocate the 2 GB before reading (found by tests/fuzz/fuzz_torch_save).
+  const fs::path path = scratch() / "crafted-pickle.pth";
+  const std::string pickle("\x80\x02}X\x00\x00\x00\x7fws.", 11);
+  {
+    caffe2::serialize::PyTorchStreamWriter writer(path.string());
+    writer.writeRecord("data.pkl", pickle.data(), pickle.size());
+    writer.writeEndOfFile();
+  }
+  const std::string error = user_error_of([&] { read_weights_file(path, "init_weights"); });
+  EXPECT_NE(error.find("opcode at byte 3 claims more bytes than data.pkl's 11"),
+            std::string::npos)
+      << error;
+}
+
 TEST(Weights, FilesOverTheSizeLimitAreRefusedBeforeReading) {
   const fs::path weights = scratch() / "huge.pth", checkpoint = scratch() / "huge.pt";
   std::ofstream(weights) << "PK\x03\x04";

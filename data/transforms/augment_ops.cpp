@@ -104,7 +104,8 @@ FMA_CLONES void sharpness(uint8_t* rgb, int height, int width, double factor) {
 }
 
 void posterize(uint8_t* rgb, size_t values, double magnitude) {
-  const int bits = std::clamp(static_cast<int>(magnitude), 0, 8);  // Python's int(): truncates
+  // Python's int() truncates; clamped first, as a double, so any magnitude converts.
+  const int bits = static_cast<int>(std::fmin(std::fmax(magnitude, 0.0), 8.0));
   if (bits == 8) return;
   const uint8_t mask = static_cast<uint8_t>(((1 << bits) - 1) << (8 - bits));
   for (size_t i = 0; i < values; ++i) rgb[i] &= mask;
@@ -216,7 +217,9 @@ void warp_nearest(uint8_t* rgb, int height, int width, const std::array<double, 
       const auto [px, py] = points.at(i, j);
       const float sx = round_half_even(px), sy = round_half_even(py);
       const bool inside = (sx >= 0) & (sx < float(width)) & (sy >= 0) & (sy < float(height));
-      const int index = int(sy) * width + int(sx);
+      // Clamped before the conversion: a point far outside (a large shear) does not fit an int.
+      const int index = int(std::fmin(std::fmax(sy, 0.0f), float(height - 1))) * width +
+                        int(std::fmin(std::fmax(sx, 0.0f), float(width - 1)));
       from[j] = inside ? index : -1;
     }
     uint8_t* out = rgb + size_t(i) * width * 3;
@@ -247,6 +250,11 @@ void warp_bilinear(uint8_t* rgb, int height, int width, const std::array<double,
     for (int j = 0; j < width; ++j, out += 3) {
       const auto [ix, iy] = points.at(i, j);
       const float x_w = std::floor(ix), y_n = std::floor(iy);
+      // All four neighbours outside (or the point past an int, from a large shear): zeros padding.
+      if (!(x_w >= -1.0f && x_w < float(width) && y_n >= -1.0f && y_n < float(height))) {
+        out[0] = out[1] = out[2] = 0;
+        continue;
+      }
       const float w = ix - x_w, e = 1.0f - w, n = iy - y_n, s = 1.0f - n;
       const float weights[4] = {s * e, s * w, n * e, n * w};  // nw, ne, sw, se
       const int x0 = int(x_w), y0 = int(y_n);

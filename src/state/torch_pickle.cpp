@@ -5,6 +5,7 @@
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/csrc/jit/serialization/unpickler.h>
 
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -16,6 +17,85 @@
 
 namespace trainer {
 namespace {
+
+// Walks a pickle opcode by opcode. It knows every opcode's argument length up to protocol 5, so
+// no argument byte is taken for an opcode.
+class PickleWalker {
+ public:
+  explicit PickleWalker(const std::string& in) : in_(in) {}
+
+  // Walks to STOP; the byte of the first opcode whose argument reaches past the pickle's end, or
+  // nullopt. An opcode it does not know ends the walk: the unpickler stops there too.
+  std::optional<size_t> find_truncated_argument() {
+    while (pos_ < in_.size()) {
+      const size_t start = pos_;
+      const char op = in_[pos_++];
+      if (!skip_argument(op)) return truncated_ ? std::optional<size_t>(start) : std::nullopt;
+      if (op == '.') break;  // STOP
+    }
+    return std::nullopt;
+  }
+
+ protected:
+  uint64_t little_endian(size_t at, size_t bytes) const {
+    uint64_t value = 0;
+    for (size_t i = 0; i < bytes; ++i) value |= uint64_t(uint8_t(in_[at + i])) << (8 * i);
+    return value;
+  }
+
+  // The memo index of a PUT or GET opcode that starts at `start` (a text one that is not a
+  // number: UINT64_MAX, which no memo holds; the unpickler reports it).
+  uint64_t memo_index(char op, size_t start) const {
+    if (op == 'q' || op == 'h') return little_endian(start + 1, 1);
+    if (op == 'r' || op == 'j') return little_endian(start + 1, 4);
+    const char* first = in_.data() + start + 1;
+    const char* last = in_.data() + in_.find('\n', start);
+    uint64_t index = 0;
+    const auto [end, error] = std::from_chars(first, last, index);
+    return error == std::errc() && end == last ? index : UINT64_MAX;
+  }
+
+  bool skip(size_t bytes) {
+    if (bytes > in_.size() - pos_) return !(truncated_ = true);
+    pos_ += bytes;
+    return true;
+  }
+  bool skip_line() {
+    const size_t end = in_.find('\n', pos_);
+    if (end == std::string::npos) return !(truncated_ = true);
+    pos_ = end + 1;
+    return true;
+  }
+  bool skip_counted(size_t length_bytes) {
+    if (length_bytes > in_.size() - pos_) return !(truncated_ = true);
+    const uint64_t length = little_endian(pos_, length_bytes);
+    pos_ += length_bytes;
+    return skip(length);
+  }
+
+  // Moves past `op`'s argument; false for an opcode pickle does not have, or a truncated one.
+  bool skip_argument(char op) {
+    // Opcodes by what follows them (Python's pickletools table, protocols 0 to 5).
+    static constexpr std::string_view kNothing =
+        "(.012NQRabd}elo]st)u\x81\x85\x86\x87\x88\x89\x8f\x90\x91\x92\x93\x94\x97\x98";
+    auto is = [op](std::string_view set) { return set.find(op) != std::string_view::npos; };
+    if (is(kNothing)) return true;
+    if (is("FILPSVgp")) return skip_line();
+    if (is("ci")) return skip_line() && skip_line();
+    if (is("Khq\x80\x82")) return skip(1);
+    if (is("M\x83")) return skip(2);
+    if (is("Jjr\x84")) return skip(4);
+    if (is("G\x95")) return skip(8);
+    if (is("UC\x8a\x8c")) return skip_counted(1);  // a 1-byte length, then that many bytes
+    if (is("TXB\x8b")) return skip_counted(4);
+    if (is("\x8d\x8e\x96")) return skip_counted(8);
+    return false;
+  }
+
+  const std::string& in_;
+  size_t pos_ = 0;
+  bool truncated_ = false;  // an argument reached past the end
+};
 
 // Note [OrderedDict in LibTorch's unpickler]
 // torch::jit's unpickler turns collections.OrderedDict into None (it expects one only as a
@@ -29,9 +109,9 @@ namespace {
 // knows every opcode's length up to protocol 5, so no argument byte is taken for an opcode; an
 // opcode it does not know, or an OrderedDict used otherwise, leaves the pickle as it was, for
 // the unpickler to report.
-class OrderedDictRewriter {
+class OrderedDictRewriter : PickleWalker {
  public:
-  explicit OrderedDictRewriter(const std::string& in) : in_(in) {}
+  explicit OrderedDictRewriter(const std::string& in) : PickleWalker(in) {}
 
   // The rewritten pickle, or nullopt to use the original.
   std::optional<std::string> run() {
@@ -78,58 +158,6 @@ class OrderedDictRewriter {
   static bool is_put(char op) { return op == 'q' || op == 'r' || op == 'p'; }
   static bool is_get(char op) { return op == 'h' || op == 'j' || op == 'g'; }
 
-  uint64_t little_endian(size_t at, size_t bytes) const {
-    uint64_t value = 0;
-    for (size_t i = 0; i < bytes; ++i) value |= uint64_t(uint8_t(in_[at + i])) << (8 * i);
-    return value;
-  }
-
-  // The memo index of a PUT or GET opcode that starts at `start`.
-  uint64_t memo_index(char op, size_t start) const {
-    if (op == 'q' || op == 'h') return little_endian(start + 1, 1);
-    if (op == 'r' || op == 'j') return little_endian(start + 1, 4);
-    return std::stoull(in_.substr(start + 1, in_.find('\n', start) - start - 1));
-  }
-
-  bool skip(size_t bytes) {
-    if (bytes > in_.size() - pos_) return false;
-    pos_ += bytes;
-    return true;
-  }
-  bool skip_line() {
-    const size_t end = in_.find('\n', pos_);
-    if (end == std::string::npos) return false;
-    pos_ = end + 1;
-    return true;
-  }
-  bool skip_counted(size_t length_bytes) {
-    if (length_bytes > in_.size() - pos_) return false;
-    const uint64_t length = little_endian(pos_, length_bytes);
-    pos_ += length_bytes;
-    return skip(length);
-  }
-
-  // Moves past `op`'s argument; false for an opcode pickle does not have, or a truncated one.
-  bool skip_argument(char op) {
-    // Opcodes by what follows them (Python's pickletools table, protocols 0 to 5).
-    static constexpr std::string_view kNothing =
-        "(.012NQRabd}elo]st)u\x81\x85\x86\x87\x88\x89\x8f\x90\x91\x92\x93\x94\x97\x98";
-    auto is = [op](std::string_view set) { return set.find(op) != std::string_view::npos; };
-    if (is(kNothing)) return true;
-    if (is("FILPSVgp")) return skip_line();
-    if (is("ci")) return skip_line() && skip_line();
-    if (is("Khq\x80\x82")) return skip(1);
-    if (is("M\x83")) return skip(2);
-    if (is("Jjr\x84")) return skip(4);
-    if (is("G\x95")) return skip(8);
-    if (is("UC\x8a\x8c")) return skip_counted(1);  // a 1-byte length, then that many bytes
-    if (is("TXB\x8b")) return skip_counted(4);
-    if (is("\x8d\x8e\x96")) return skip_counted(8);
-    return false;
-  }
-
-  const std::string& in_;
-  size_t pos_ = 0;
   std::string out_;
   State state_ = State::kNone;
   std::set<uint64_t> class_memo_;  // memo indices holding the OrderedDict class
@@ -261,6 +289,11 @@ c10::IValue read_torch_save_file(const std::string& path, int64_t max_file_bytes
   check_entries(archive, file_size, path, what);
   const auto [data, size] = archive.getRecord("data.pkl");
   const std::string original(static_cast<const char*>(data.get()), size);
+  // The unpickler allocates the length a counted argument claims (up to 2^64) before reading it.
+  const std::optional<size_t> truncated = PickleWalker(original).find_truncated_argument();
+  USER_CHECK(!truncated, what, " '", path, "': the pickle's opcode at byte ", *truncated,
+             " claims more bytes than data.pkl's ", size,
+             ": the file is damaged or crafted. Fix: save it again with torch.save");
   const std::optional<std::string> rewritten = OrderedDictRewriter(original).run();
   const std::string& pickle = rewritten ? *rewritten : original;
   size_t read = 0;

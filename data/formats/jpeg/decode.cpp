@@ -33,9 +33,11 @@ uint32_t load_big_endian_u32(std::string_view data, size_t at) {
 }
 
 // The error for an image whose header claims more than kMaxImagePixels; empty when within it.
+// A PNG's sides are 32-bit: each is bounded before the product, which could overflow otherwise.
 std::string too_many_pixels(const char* format, int64_t width, int64_t height) {
-  if (width * height <= kMaxImagePixels) return "";
-  return detail::concat(format, " header claims ", width, " x ", height, " = ", width * height,
+  if (width <= kMaxImagePixels && height <= kMaxImagePixels && width * height <= kMaxImagePixels)
+    return "";
+  return detail::concat(format, " header claims ", width, " x ", height,
                         " pixels, over the limit of ", kMaxImagePixels,
                         " (16384 x 16384: 7x ImageNet's largest image); the image is damaged or "
                         "crafted. Fix: re-create or drop the image");

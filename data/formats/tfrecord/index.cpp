@@ -63,7 +63,8 @@ ScanResult scan_tfrecord_file(const std::string& path, bool check_payload_crc) {
   // Makes [offset, offset + need) resident (as far as the file goes) with one large read.
   auto ensure = [&](int64_t need) {
     if (buffer_offset + static_cast<int64_t>(buffer.size()) >= offset + need) return;
-    const int64_t want = std::max(need, kScanChunk);
+    // No larger than what is left of the file: a small file, or a shard's tail, is one small read.
+    const int64_t want = std::max(need, std::min(kScanChunk, file.size() - offset));
     buffer.resize(static_cast<size_t>(want));
     buffer.resize(static_cast<size_t>(file.read_at(offset, buffer.data(), want)));
     buffer_offset = offset;
