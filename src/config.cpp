@@ -268,6 +268,26 @@ void check_config_file_size(int argc, const char* const argv[]) {
   }
 }
 
+// Each text value given is one the resolved config.toml can hold and --config read back
+// (config_to_toml writes it in double quotes, a quote in it as \"): no control character (a
+// newline would end the line), and no backslash before a quote or at the end, which CLI11's
+// reader takes for an escaped quote.
+void check_text_values(const CLI::App& app) {
+  for (const CLI::Option* option : app.get_options()) {
+    if (option->get_type_name() != "TEXT" || option->count() == 0) continue;
+    for (const std::string& value : option->results()) {
+      const bool control = std::any_of(value.begin(), value.end(),
+                                       [](char c) { return uint8_t(c) < 0x20 || c == 0x7f; });
+      const bool escape =
+          (!value.empty() && value.back() == '\\') || value.find("\\\"") != std::string::npos;
+      USER_CHECK(!control && !escape, "config key '", option->get_name().substr(2), "' = '", value,
+                 "' holds ",
+                 control ? "a control character" : "a backslash before a quote or at its end",
+                 ", which config.toml could not write back. Fix: give the value without it");
+    }
+  }
+}
+
 // The first unknown option among the command-line words CLI11 did not take.
 std::string unknown_argument_problem(const CLI::App& app, const std::vector<std::string>& words) {
   for (const std::string& word : words)
@@ -324,6 +344,7 @@ std::optional<CommandLine> parse_command_line(int argc, const char* const argv[]
   }
   if (!app.remaining().empty())
     throw UserError(unknown_argument_problem(app, app.remaining()) + hint);
+  check_text_values(app);
   return line;
 }
 
@@ -338,7 +359,11 @@ std::string toml_value(const CLI::Option& option) {
     return "[" + out + "]";
   }
   if (type == "BOOLEAN") return value == "1" || value == "true" ? "true" : "false";
-  if (type == "TEXT") return "\"" + value + "\"";
+  if (type == "TEXT") {  // a quote escaped as CLI11's reader takes it (check_text_values)
+    std::string quoted = "\"";
+    for (char c : value) quoted += c == '"' ? std::string("\\\"") : std::string(1, c);
+    return quoted + "\"";
+  }
   return value;
 }
 

@@ -117,6 +117,23 @@ TEST(Config, ResolvedTomlKeepsEveryDigit) {
   EXPECT_EQ(again->momentum, 0.9989077333);
 }
 
+// Found by tests/fuzz/fuzz_config: a quote inside a text value was written back unescaped.
+TEST(Config, ResolvedTomlKeepsQuotesInTextValues) {
+  auto config = parse({"--output_dir", "runs/\"quoted\" run", "--train_data", "it's/*"});
+  const std::string toml = config_to_toml(*config);
+  auto again = parse({"--config", write_file("quotes.toml", toml).string()});
+  EXPECT_EQ(again->output_dir, "runs/\"quoted\" run") << toml;
+  EXPECT_EQ(again->train_data, "it's/*") << toml;
+  EXPECT_EQ(config_to_toml(*again), toml);
+  // What the file could not hold is refused, naming the key and the fix.
+  for (const std::string& value : {"runs\\", "a\\\"b", "line\nbreak", "tab\there"}) {
+    const std::string error = error_of({"--output_dir", value});
+    EXPECT_NE(error.find("config key 'output_dir' = '" + value + "' holds a"), std::string::npos)
+        << error;
+    EXPECT_NE(error.find("Fix: give the value without it"), std::string::npos) << error;
+  }
+}
+
 TEST(Config, ShippedConfigsAreValid) {
   int checked = 0;
   for (const auto& entry : fs::directory_iterator(TRAINER_CONFIG_DIR)) {

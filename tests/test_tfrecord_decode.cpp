@@ -124,6 +124,28 @@ TEST(CropDecode, TrainingFlipMirrorsTheSameCrop) {
   EXPECT_GT(mirrored, 5);
 }
 
+// Besides JPEG, the formats torchvision's ImageFolder reads decode through OpenCV; OpenCV's other
+// decoders (Radiance HDR writes the bytes to a temporary file first) are not reached.
+TEST(CropDecode, OpenCvDecodesOnlyTheImageFolderFormats) {
+  const cv::Mat rgb = smooth_image(24, 16);
+  cv::Mat out(8, 8, CV_8UC3);
+  std::string error;
+  for (const char* ext : {".png", ".bmp", ".tiff", ".webp", ".ppm"}) {
+    const std::string encoded = encode(rgb, ext);
+    ASSERT_FALSE(encoded.empty()) << ext;
+    EXPECT_TRUE(decode_crop_resize(encoded, {0, 0, 24, 16}, 8, 8, out.data, &error))
+        << ext << ": " << error;
+  }
+  const std::string hdr = encode(rgb, ".hdr");
+  ASSERT_FALSE(hdr.empty());
+  EXPECT_FALSE(decode_crop_resize(hdr, {0, 0, 24, 16}, 8, 8, out.data, &error));
+  EXPECT_NE(error.find("is not JPEG, PNG, BMP, TIFF, WebP or PPM/PGM (it begins 23 3f 52 41"),
+            std::string::npos)
+      << error;
+  EXPECT_FALSE(decode_crop_resize("", {0, 0, 1, 1}, 8, 8, out.data, &error));
+  EXPECT_NE(error.find("(it begins (no bytes))"), std::string::npos) << error;
+}
+
 TEST(CropDecode, GrayscaleCmykAndPngBecomeRgb) {
   std::string error;
   cv::Mat gray(40, 60, CV_8UC1, cv::Scalar(90));

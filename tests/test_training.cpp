@@ -408,18 +408,26 @@ TEST(Weights, TensorsAndZipEntriesMustLieInsideTheFile) {
   EXPECT_THROW(read_weights_file(path, "init_weights"), UserError);
 }
 
-TEST(Weights, PickleArgumentsMustLieInsideThePickle) {
-  // A string whose 4-byte length claims 2 GB in a pickle of 13 bytes: LibTorch's unpickler would
-  // allocate the 2 GB before reading (found by tests/fuzz/fuzz_torch_save).
+// Found by tests/fuzz/fuzz_torch_save: LibTorch's unpickler allocates what a damaged field claims.
+TEST(Weights, PickleFieldsMustFitThePickle) {
   const fs::path path = scratch() / "crafted-pickle.pth";
-  const std::string pickle("\x80\x02}X\x00\x00\x00\x7fws.", 11);
-  {
-    caffe2::serialize::PyTorchStreamWriter writer(path.string());
-    writer.writeRecord("data.pkl", pickle.data(), pickle.size());
-    writer.writeEndOfFile();
-  }
-  const std::string error = user_error_of([&] { read_weights_file(path, "init_weights"); });
-  EXPECT_NE(error.find("opcode at byte 3 claims more bytes than data.pkl's 11"),
+  auto error_for = [&](const std::string& pickle) {
+    {
+      caffe2::serialize::PyTorchStreamWriter writer(path.string());
+      writer.writeRecord("data.pkl", pickle.data(), pickle.size());
+      writer.writeEndOfFile();
+    }
+    return user_error_of([&] { read_weights_file(path, "init_weights"); });
+  };
+  // A string whose 4-byte length claims 2 GB in a pickle of 11 bytes.
+  std::string error = error_for(std::string("\x80\x02}X\x00\x00\x00\x7fws.", 11));
+  EXPECT_NE(error.find("in its pickle (data.pkl), the opcode at byte 3 claims more bytes than its "
+                       "11"),
+            std::string::npos)
+      << error;
+  // A memo PUT at index 2^31 - 1: the unpickler would grow its memo to 32 GB.
+  error = error_for(std::string("\x80\x02}r\xff\xff\xff\x7f.", 9));
+  EXPECT_NE(error.find("the memo index at byte 3 is over any its 9 bytes can hold"),
             std::string::npos)
       << error;
 }

@@ -24,19 +24,32 @@ class PickleWalker {
  public:
   explicit PickleWalker(const std::string& in) : in_(in) {}
 
-  // Walks to STOP; the byte of the first opcode whose argument reaches past the pickle's end, or
-  // nullopt. An opcode it does not know ends the walk: the unpickler stops there too.
-  std::optional<size_t> find_truncated_argument() {
+  // Walks to STOP; what LibTorch's unpickler would allocate from a damaged field, or nullopt. It
+  // allocates a counted argument's claimed length (up to 2^64 bytes) before reading it, and grows
+  // its memo to the index a PUT names (4 bytes: 2^32 entries of 16 bytes). A pickle numbers its
+  // memo entries from 0, one PUT (2 bytes at least) each, so no index reaches the pickle's size.
+  // An opcode the walk does not know ends it: the unpickler stops there too.
+  std::optional<std::string> find_damage() {
     while (pos_ < in_.size()) {
       const size_t start = pos_;
       const char op = in_[pos_++];
-      if (!skip_argument(op)) return truncated_ ? std::optional<size_t>(start) : std::nullopt;
+      if (!skip_argument(op)) {
+        if (!truncated_) return std::nullopt;
+        return "the opcode at byte " + std::to_string(start) + " claims more bytes than its " +
+               std::to_string(in_.size());
+      }
+      if (is_put(op) && memo_index(op, start) >= in_.size())
+        return "the memo index at byte " + std::to_string(start) + " is over any its " +
+               std::to_string(in_.size()) + " bytes can hold";
       if (op == '.') break;  // STOP
     }
     return std::nullopt;
   }
 
  protected:
+  static bool is_put(char op) { return op == 'q' || op == 'r' || op == 'p'; }
+  static bool is_get(char op) { return op == 'h' || op == 'j' || op == 'g'; }
+
   uint64_t little_endian(size_t at, size_t bytes) const {
     uint64_t value = 0;
     for (size_t i = 0; i < bytes; ++i) value |= uint64_t(uint8_t(in_[at + i])) << (8 * i);
@@ -154,9 +167,6 @@ class OrderedDictRewriter : PickleWalker {
 
  private:
   enum class State { kNone, kClass, kArguments };
-
-  static bool is_put(char op) { return op == 'q' || op == 'r' || op == 'p'; }
-  static bool is_get(char op) { return op == 'h' || op == 'j' || op == 'g'; }
 
   std::string out_;
   State state_ = State::kNone;
@@ -289,10 +299,8 @@ c10::IValue read_torch_save_file(const std::string& path, int64_t max_file_bytes
   check_entries(archive, file_size, path, what);
   const auto [data, size] = archive.getRecord("data.pkl");
   const std::string original(static_cast<const char*>(data.get()), size);
-  // The unpickler allocates the length a counted argument claims (up to 2^64) before reading it.
-  const std::optional<size_t> truncated = PickleWalker(original).find_truncated_argument();
-  USER_CHECK(!truncated, what, " '", path, "': the pickle's opcode at byte ", *truncated,
-             " claims more bytes than data.pkl's ", size,
+  const std::optional<std::string> damage = PickleWalker(original).find_damage();
+  USER_CHECK(!damage, what, " '", path, "': in its pickle (data.pkl), ", *damage,
              ": the file is damaged or crafted. Fix: save it again with torch.save");
   const std::optional<std::string> rewritten = OrderedDictRewriter(original).run();
   const std::string& pickle = rewritten ? *rewritten : original;

@@ -1,6 +1,8 @@
 // The config file parser (CLI11's TOML reader and our keys, choices and values) and the rules
 // between values: any file is read or refused with a UserError naming the problem, and a config
 // that passes validation prints as TOML that reads back as the same config.
+#include <sstream>
+
 #include "base/check.h"
 #include "src/config.h"
 #include "tests/fuzz/fuzz_input.h"
@@ -15,6 +17,15 @@ std::optional<CommandLine> parse_file(const std::string& path) {
   } catch (const UserError&) {  // CLI11's own errors too: they must not escape unexplained
   }
   return std::nullopt;
+}
+
+// The first line where `a` and `b` differ, as "'line of a' became 'line of b'".
+std::string first_difference(const std::string& a, const std::string& b) {
+  std::istringstream in_a(a), in_b(b);
+  std::string line_a, line_b;
+  while (std::getline(in_a, line_a) && std::getline(in_b, line_b))
+    if (line_a != line_b) return "'" + line_a + "' became '" + line_b + "'";
+  return "one has more lines";
 }
 
 }  // namespace
@@ -33,7 +44,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const std::string toml = config_to_toml(parsed->config);
   const auto again = fuzz::parse_file(fuzz::write_input_file(toml, ".toml"));
-  FUZZ_EXPECT(again && config_to_toml(again->config) == toml,
-              "the resolved config does not read back as itself:\n" + toml);
+  FUZZ_EXPECT(again, "the resolved config is refused:\n" + toml);
+  const std::string toml_again = config_to_toml(again->config);
+  FUZZ_EXPECT(toml_again == toml, "the resolved config does not read back as itself: " +
+                                      fuzz::first_difference(toml, toml_again));
   return 0;
 }

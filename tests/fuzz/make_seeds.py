@@ -1,7 +1,8 @@
 """Writes the fuzz targets' seed corpora (tests/fuzz/corpus/<target>/seed-*): small real inputs
 made by the libraries that make them in the wild (PIL/libjpeg for JPEGs and PNGs, TensorFlow for
-Examples and TFRecords, torch.save for weights and checkpoints, tarfile for archives); and the
-inputs of past findings (regression-*), rebuilt here with what each broke.
+Examples and TFRecords, torch.save for weights and checkpoints, tarfile for archives); and some
+inputs of past findings (regression-*), rebuilt here with what each broke (the others are the
+fuzzer's own inputs, kept as they were).
 Run with the project's venv: python tests/fuzz/make_seeds.py"""
 
 import io
@@ -41,7 +42,8 @@ def encoded(image, fmt, **options):
 
 def images():
     """Name -> bytes: the JPEG kinds ImageNet holds (4:2:0, 4:4:4, progressive, grayscale,
-    CMYK, EXIF, odd sizes) and PNGs (RGB, RGBA, 16-bit grey, palette)."""
+    CMYK, EXIF, odd sizes), PNGs (RGB, RGBA, 16-bit grey, palette), and the other formats
+    torchvision's ImageFolder reads (BMP, TIFF, WebP, PPM)."""
     exif = Image.Exif()
     exif[0x0112] = 6  # orientation
     return {
@@ -56,6 +58,10 @@ def images():
         "grey16.png": encoded(Image.fromarray(np.arange(64, dtype=np.uint16).reshape(8, 8) * 999),
                               "PNG"),
         "palette.png": encoded(picture(10, 7, "P"), "PNG"),
+        "rgb.bmp": encoded(picture(9, 5), "BMP"),
+        "rgb.tiff": encoded(picture(8, 6), "TIFF", compression="tiff_lzw"),
+        "rgb.webp": encoded(picture(12, 10), "WEBP", quality=50),
+        "rgb.ppm": encoded(picture(6, 4), "PPM"),
     }
 
 

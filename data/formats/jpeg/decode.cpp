@@ -26,6 +26,33 @@ bool is_png(std::string_view data) {
   return data.size() >= 8 && data.substr(0, 8) == std::string_view("\x89PNG\r\n\x1a\n", 8);
 }
 
+// The format decode_full hands to OpenCV, by its first bytes: those torchvision's ImageFolder
+// reads besides JPEG (PNG, BMP, TIFF, WebP, PPM/PGM/PBM); nullptr for any other. OpenCV's other
+// decoders (OpenEXR, Radiance HDR, JPEG 2000, Sun raster, PFM; some through a temporary file)
+// read no image of a dataset this trainer takes, and each is more code a damaged or crafted
+// record could reach.
+const char* opencv_format(std::string_view data) {
+  auto starts = [&](std::string_view magic) { return data.substr(0, magic.size()) == magic; };
+  if (is_png(data)) return "PNG";
+  if (starts("BM")) return "BMP";
+  if (starts(std::string_view("II*\0", 4)) || starts(std::string_view("MM\0*", 4))) return "TIFF";
+  if (data.size() >= 12 && starts("RIFF") && data.substr(8, 4) == "WEBP") return "WebP";
+  if (data.size() >= 2 && data[0] == 'P' && data[1] >= '1' && data[1] <= '6') return "PNM";
+  return nullptr;
+}
+
+// The first bytes of `data` in hex, for the error naming what an image is not.
+std::string first_bytes(std::string_view data) {
+  std::string hex;
+  for (size_t i = 0; i < std::min<size_t>(data.size(), 8); ++i) {
+    static constexpr char kDigits[] = "0123456789abcdef";
+    hex += kDigits[uint8_t(data[i]) >> 4];
+    hex += kDigits[uint8_t(data[i]) & 15];
+    hex += ' ';
+  }
+  return data.empty() ? "(no bytes)" : hex.substr(0, hex.size() - 1);
+}
+
 uint32_t load_big_endian_u32(std::string_view data, size_t at) {
   uint32_t v = 0;
   for (size_t i = 0; i < 4; ++i) v = (v << 8) | uint8_t(data[at + i]);
@@ -253,7 +280,9 @@ bool encoded_image_size(std::string_view data, ImageSize* size, std::string* err
     size->width = static_cast<int>(cinfo.image_width);
     size->height = static_cast<int>(cinfo.image_height);
     jpeg_destroy_decompress(&cinfo);
-    return size->width > 0 && size->height > 0;
+    // The decoders refuse such an image: its size is refused alike (libjpeg's sides stop at 65500).
+    *error = too_many_pixels("JPEG", size->width, size->height);
+    return error->empty();
   }
   cv::Mat rgb;
   if (!decode_full(data, &rgb, error)) return false;
@@ -305,6 +334,13 @@ bool decode_full(std::string_view data, cv::Mat* rgb, std::string* error) {
     return decode_crop_resize(data, {0, 0, size.width, size.height}, size.width, size.height,
                               rgb->data, error);
   }
+  const char* format = opencv_format(data);
+  if (format == nullptr) {
+    *error = "image is not JPEG, PNG, BMP, TIFF, WebP or PPM/PGM (it begins " + first_bytes(data) +
+             "): damaged, or a format this trainer does not read. Fix: convert it to JPEG, or "
+             "drop it";
+    return false;
+  }
   // OpenCV allocates the decoded image from the header (its own limit is 2^30 pixels): a PNG's
   // size is checked against ours first, from its IHDR chunk (bytes 16..23, big-endian).
   if (is_png(data) && data.size() >= 24) {
@@ -320,10 +356,10 @@ bool decode_full(std::string_view data, cv::Mat* rgb, std::string* error) {
     return false;
   }
   if (bgr.empty()) {
-    *error = "image is neither a decodable JPEG nor another format OpenCV reads";
+    *error = std::string(format) + " image undecodable (damaged or truncated)";
     return false;
   }
-  *error = too_many_pixels("image", bgr.cols, bgr.rows);  // other formats: after OpenCV's limit
+  *error = too_many_pixels(format, bgr.cols, bgr.rows);  // other formats: after OpenCV's limit
   if (!error->empty()) return false;
   cv::cvtColor(bgr, *rgb, cv::COLOR_BGR2RGB);
   return true;

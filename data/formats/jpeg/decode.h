@@ -1,7 +1,8 @@
 // Image decoding for the input pipeline. JPEG: only the scanlines and columns of a crop are
 // decoded, at the largest DCT downscale (libjpeg-turbo's scale_num / 8) that keeps the crop at
-// least as large as the output, then resized; grayscale and CMYK become RGB. Other formats
-// (PNG) go through OpenCV. Errors are returned, never thrown past libjpeg's C frames.
+// least as large as the output, then resized; grayscale and CMYK become RGB. The other formats
+// torchvision's ImageFolder reads (PNG, BMP, TIFF, WebP, PPM) go through OpenCV; any other is
+// refused by its first bytes. Errors are returned, never thrown past libjpeg's C frames.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +29,8 @@ struct CropRect {  // in the source image's pixels
   int x = 0, y = 0, width = 0, height = 0;
 };
 
-// Dimensions of an encoded image (JPEG: from its header only). False + `error` when undecodable.
+// Dimensions of an encoded image (JPEG: from its header only). False + `error` when undecodable
+// or over kMaxImagePixels.
 bool encoded_image_size(std::string_view data, ImageSize* size, std::string* error);
 
 // Decodes `crop` of the image and resizes it to out_width x out_height RGB into `out`
