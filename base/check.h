@@ -1,6 +1,6 @@
 // Error handling: the three kinds of failure (see STYLE.md).
 // - UserError: bad configuration, input or environment; the message names the offending value,
-//   where it came from and the fix. Thrown with USER_CHECK.
+//   where it came from and the fix. Thrown with USER_CHECK (base/user_error.h).
 // - CUDA_CHECK / NCCL_CHECK / MPI_CHECK: library calls, reporting file:line and the library's own
 // message.
 // - Internal invariants use TORCH_INTERNAL_ASSERT (a bug in this project, not the user's input).
@@ -10,34 +10,10 @@
 #include <mpi.h>
 #include <nccl.h>
 
-#include <sstream>
 #include <stdexcept>
 #include <string>
 
-namespace trainer {
-
-// An error the user can fix: the message says what, where and how.
-class UserError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-namespace detail {
-template <typename... Args>
-std::string concat(const Args&... args) {
-  std::ostringstream out;
-  (out << ... << args);
-  return out.str();
-}
-}  // namespace detail
-
-}  // namespace trainer
-
-// Throws trainer::UserError with the streamed message parts when `cond` is false.
-#define USER_CHECK(cond, ...)                                                        \
-  do {                                                                               \
-    if (!(cond)) throw ::trainer::UserError(::trainer::detail::concat(__VA_ARGS__)); \
-  } while (0)
+#include "base/user_error.h"
 
 #define CUDA_CHECK(expr)                                                                    \
   do {                                                                                      \

@@ -8,12 +8,23 @@
 # docs/configuration.md), and grows a working corpus in $TRAINER_CACHE/fuzz/<target> that later
 # runs go on from. An input that fails is written to build-fuzz/findings/<target>/; once fixed it
 # joins the seed corpus as regression-<what it broke>, which ctest's runs replay. Prints each
-# target's executions per second and corpus size (libFuzzer's final stats).
+# target's executions per second, CPU time and corpus size, also appended to
+# $TRAINER_CACHE/fuzz/runs.log, the record of every run.
 # FUZZ_BUILD=0 runs the targets as built before (e.g. a copy, while the sources change).
+#   scripts/fuzz.sh --check [TARGET...]
+# --check is the test command's short sanitizer pass: each seed corpus replayed, then RUNS
+# (default 20000) mutations of it from a fixed seed, into a scratch corpus: the same inputs on
+# every machine, so it fails only on a real error.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-seconds=${1:-60}
-shift || true
+check=0 seconds=60
+if [ "${1:-}" = --check ]; then
+  check=1 seconds=0
+  shift
+elif [ $# -gt 0 ]; then
+  seconds=$1
+  shift
+fi
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   read -r -a targets < <(sed -n 's/^set(FUZZ_TARGETS \(.*\))$/\1/p' "$root/tests/fuzz/CMakeLists.txt")
@@ -46,6 +57,7 @@ PY
 status=0
 for target in "${targets[@]}"; do
   corpus=$cache/$target findings=$build/findings/$target
+  if [ $check = 1 ]; then corpus=$(mktemp -d) findings=$(mktemp -d); fi
   mkdir -p "$corpus" "$findings"
   seeds=("$root/tests/fuzz/corpus/$target")
   if [ "$target" = config ]; then seeds+=("$root/configs" "$root/configs/recipes"); fi
@@ -53,20 +65,30 @@ for target in "${targets[@]}"; do
   if [ "$target" = config ]; then dict=$build/config.dict; fi
   # No single allocation over 1 GB: the largest an input may cost is an image at kMaxImagePixels
   # (768 MB of RGB); anything larger was sized by an unchecked field.
-  options=(-max_total_time="$seconds" -timeout=20 -rss_limit_mb=4096 -malloc_limit_mb=1024 -print_final_stats=1
-    -artifact_prefix="$findings/")
+  options=(-max_total_time="$seconds" -timeout=20 -rss_limit_mb=4096 -malloc_limit_mb=1024
+    -print_final_stats=1 -artifact_prefix="$findings/")
   if [ -f "$dict" ]; then options+=(-dict="$dict"); fi
+  if [ $check = 1 ]; then options+=(-runs="${RUNS:-20000}" -seed=1); fi
   if [ "${JOBS:-1}" -gt 1 ]; then options+=(-fork="$JOBS" -ignore_crashes=1); fi
-  echo "== fuzz_$target for ${seconds}s" >&2
+  echo "== fuzz_$target $([ $check = 1 ] && echo "--check" || echo "for ${seconds}s")" >&2
   log=$findings/fuzz.log
   # The CPU time spent (what a fuzzing budget counts), children (-fork) included.
   TIMEFORMAT="cpu: %U s user + %S s system in %R s"
-  if ! { time "$build/tests/fuzz/fuzz_$target" "${options[@]}" "$corpus" "${seeds[@]}" \
-    >"$log" 2>&1; } 2>"$findings/cpu.txt"; then
-    status=1
-  fi
-  cat "$findings/cpu.txt" >&2
+  failed=0
+  { time "$build/tests/fuzz/fuzz_$target" "${options[@]}" "$corpus" "${seeds[@]}" \
+    >"$log" 2>&1; } 2>"$findings/cpu.txt" || failed=1
+  if [ $failed = 1 ]; then status=1; fi
   grep -E "^stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)|ERROR|SUMMARY" "$log" >&2 || true
-  echo "corpus: $(find "$corpus" -type f | wc -l) inputs, findings: $(find "$findings" -type f ! -name fuzz.log | wc -l)" >&2
+  inputs=$(find "$corpus" -type f | wc -l)
+  summary="$(date -u +%FT%TZ) $target $(cat "$findings/cpu.txt"), $(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -n 1) exec/s, corpus $inputs inputs"
+  if [ $check = 1 ]; then
+    echo "$summary" >&2
+    if [ $failed = 1 ]; then tail -n 40 "$log" >&2; fi
+    rm -rf "$corpus" "$findings"
+    continue
+  fi
+  # Every run's line, kept with the working corpus: the CPU time a target has had in all.
+  echo "$summary" | tee -a "$cache/runs.log" >&2
+  echo "findings: $(find "$findings" -type f ! -name fuzz.log ! -name cpu.txt | wc -l) in $findings" >&2
 done
 exit $status

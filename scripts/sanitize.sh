@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
-# Builds the C++ test programs with clang under sanitizers into build-KIND/ and runs them (CPU):
-#   scripts/sanitize.sh asan   AddressSanitizer + UndefinedBehaviorSanitizer
-#   scripts/sanitize.sh tsan   ThreadSanitizer
-# Extra arguments go to each program (e.g. --gtest_filter='TFRecord*'). Suppressions, each for
+# Builds the project with clang under sanitizers into build-KIND/ and runs its CPU tests there:
+#   scripts/sanitize.sh asan          the C++ test programs under AddressSanitizer +
+#                                     UndefinedBehaviorSanitizer
+#   scripts/sanitize.sh tsan          the same under ThreadSanitizer
+#   scripts/sanitize.sh KIND pytest [PYTEST ARGS]
+#                                     train and the tools built alike, and the pytest tests that
+#                                     run them (default: tests/ without tests/deploy/, whose image
+#                                     builds its own binaries); every report a sanitized process
+#                                     writes fails the run, whatever the test made of its exit
+# Other arguments go to each C++ program (e.g. --gtest_filter='TFRecord*'). Suppressions, each for
 # third-party code and explained: tests/sanitizers/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -13,13 +19,20 @@ case "$kind" in
   tsan) flags=thread ;;
   *) echo "sanitize.sh: asan or tsan, got '$kind'" >&2; exit 2 ;;
 esac
+pytest=0
+if [ "${1:-}" = pytest ]; then
+  pytest=1
+  shift
+fi
 if ! command -v clang++ >/dev/null; then
   echo "sanitize.sh: installing clang (Debian's)" >&2
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q clang >&2
 fi
 build=${BUILD_DIR:-$root/build-$kind}
+targets=(trainer_tests data_tests class_names_tests)
+if [ $pytest = 1 ]; then targets=(); fi  # everything: train, the tools, the parity programs
 CC=clang CXX=clang++ BUILD_DIR="$build" TRAINER_SANITIZE=$flags \
-  "$root/scripts/build.sh" trainer_tests data_tests class_names_tests
+  "$root/scripts/build.sh" "${targets[@]}"
 supp=$root/tests/sanitizers
 export ASAN_OPTIONS="abort_on_error=1:suppressions=$supp/asan.supp"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp"
@@ -29,6 +42,28 @@ export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/
 # (libgomp is not instrumented): every tensor op would look like a race. One OpenMP thread runs
 # them inline; the project's own threads (readers, decoders, the watchdog, collectives) stay.
 if [ "$kind" = tsan ]; then export OMP_NUM_THREADS=1; fi
+
+if [ $pytest = 1 ]; then
+  # Each sanitized process writes its reports to a file of its own here: a test that expects
+  # train to fail would otherwise pass on a sanitizer's exit too.
+  reports=$(mktemp -d)
+  trap 'rm -rf "$reports"' EXIT
+  for var in ASAN_OPTIONS UBSAN_OPTIONS TSAN_OPTIONS; do
+    export "$var=${!var}:log_path=$reports/${var%%_*}"
+  done
+  python=$("$root/scripts/setup.sh" | tail -n 1)
+  [ $# -gt 0 ] || set -- "$root/tests" --ignore="$root/tests/deploy"
+  status=0
+  TRAINER_BUILD_DIR="$build" "$python" -m pytest -q -rs --durations=10 "$@" || status=1
+  for report in "$reports"/*; do
+    [ -e "$report" ] || continue
+    echo "== $(basename "$report")" >&2
+    cat "$report" >&2
+    status=1
+  done
+  exit $status
+fi
+
 status=0
 for program in data_tests class_names_tests trainer_tests; do
   echo "== $program under $kind" >&2

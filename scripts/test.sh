@@ -11,5 +11,9 @@ set -x
 # One test at a time: each already uses every core (LibTorch's intra-op threads), and two
 # OpenMP pools spinning on 2 cores slow each other down many times over.
 ctest --test-dir "$BUILD_DIR" --output-on-failure
+# The short sanitizer pass: the parsers that need no LibTorch built with clang under
+# AddressSanitizer and UndefinedBehaviorSanitizer, each fuzz target's corpus replayed and 20,000
+# mutations of it from a fixed seed. The full runs: scripts/sanitize.sh, scripts/fuzz.sh.
+BUILD_DIR="$root/build-fuzz" "$root/scripts/fuzz.sh" --check records example image_decode augment tar
 # --durations: the slowest tests, so that each change sees where the suite's time goes.
 TRAINER_BUILD_DIR="$BUILD_DIR" "$python" -m pytest -q -rs --durations=25 "$root/tests"

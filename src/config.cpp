@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "base/check.h"
+#include "src/config_input.h"
 
 namespace trainer {
 
@@ -250,44 +251,6 @@ std::string config_file_problem(const CLI::App& app, const std::string& path) {
   return "";
 }
 
-// The largest --config file read: a config is a few dozen `key = value` lines (~2 KB).
-constexpr int64_t kMaxConfigBytes = int64_t(1) << 20;
-
-// Checks the size of the --config file among `argv` before CLI11 reads it (whole, line by line).
-void check_config_file_size(int argc, const char* const argv[]) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string word = argv[i];
-    std::string path;
-    if (word == "--config" && i + 1 < argc) path = argv[i + 1];
-    if (word.rfind("--config=", 0) == 0) path = word.substr(std::strlen("--config="));
-    std::error_code error;
-    const auto size = path.empty() ? 0 : std::filesystem::file_size(path, error);
-    USER_CHECK(error || size <= static_cast<uintmax_t>(kMaxConfigBytes), "config file ", path,
-               " is ", size, " bytes, over the limit of ", kMaxConfigBytes,
-               " (a config is a few dozen `key = value` lines). Fix: give the path of a config");
-  }
-}
-
-// Each text value given is one the resolved config.toml can hold and --config read back
-// (config_to_toml writes it in double quotes, a quote in it as \"): no control character (a
-// newline would end the line), and no backslash before a quote or at the end, which CLI11's
-// reader takes for an escaped quote.
-void check_text_values(const CLI::App& app) {
-  for (const CLI::Option* option : app.get_options()) {
-    if (option->get_type_name() != "TEXT" || option->count() == 0) continue;
-    for (const std::string& value : option->results()) {
-      const bool control = std::any_of(value.begin(), value.end(),
-                                       [](char c) { return uint8_t(c) < 0x20 || c == 0x7f; });
-      const bool escape =
-          (!value.empty() && value.back() == '\\') || value.find("\\\"") != std::string::npos;
-      USER_CHECK(!control && !escape, "config key '", option->get_name().substr(2), "' = '", value,
-                 "' holds ",
-                 control ? "a control character" : "a backslash before a quote or at its end",
-                 ", which config.toml could not write back. Fix: give the value without it");
-    }
-  }
-}
-
 // The first unknown option among the command-line words CLI11 did not take.
 std::string unknown_argument_problem(const CLI::App& app, const std::vector<std::string>& words) {
   for (const std::string& word : words)
@@ -324,7 +287,7 @@ std::optional<CommandLine> parse_command_line(int argc, const char* const argv[]
                  "the plan's training images per epoch (default: the data source's, or "
                  "ImageNet-1k's 1281167 for TFRecords)");
   const std::string hint = ". Run `train --help` for every key and its values.";
-  check_config_file_size(argc, argv);
+  check_config_files(argc, argv);
   try {
     app.parse(argc, argv);
     if (markdown) {
@@ -359,11 +322,7 @@ std::string toml_value(const CLI::Option& option) {
     return "[" + out + "]";
   }
   if (type == "BOOLEAN") return value == "1" || value == "true" ? "true" : "false";
-  if (type == "TEXT") {  // a quote escaped as CLI11's reader takes it (check_text_values)
-    std::string quoted = "\"";
-    for (char c : value) quoted += c == '"' ? std::string("\\\"") : std::string(1, c);
-    return quoted + "\"";
-  }
+  if (type == "TEXT") return "\"" + value + "\"";  // nothing to escape: check_text_values
   return value;
 }
 

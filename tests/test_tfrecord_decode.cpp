@@ -124,21 +124,27 @@ TEST(CropDecode, TrainingFlipMirrorsTheSameCrop) {
   EXPECT_GT(mirrored, 5);
 }
 
-// Besides JPEG, the formats torchvision's ImageFolder reads decode through OpenCV; OpenCV's other
-// decoders (Radiance HDR writes the bytes to a temporary file first) are not reached.
-TEST(CropDecode, OpenCvDecodesOnlyTheImageFolderFormats) {
+// Records are decoded as JPEG or PNG; the converter also reads the other formats torchvision's
+// ImageFolder reads (and writes them as JPEG). OpenCV's other decoders (Radiance HDR writes the
+// bytes to a temporary file first) are reached by neither.
+TEST(CropDecode, OpenCvDecodesPngForRecordsAndImageFolderFormatsForTheConverter) {
   const cv::Mat rgb = smooth_image(24, 16);
-  cv::Mat out(8, 8, CV_8UC3);
+  cv::Mat out(8, 8, CV_8UC3), full;
   std::string error;
-  for (const char* ext : {".png", ".bmp", ".tiff", ".webp", ".ppm"}) {
+  EXPECT_TRUE(decode_crop_resize(encode(rgb, ".png"), {0, 0, 24, 16}, 8, 8, out.data, &error))
+      << error;
+  for (const char* ext : {".bmp", ".tiff", ".webp", ".ppm"}) {
     const std::string encoded = encode(rgb, ext);
     ASSERT_FALSE(encoded.empty()) << ext;
-    EXPECT_TRUE(decode_crop_resize(encoded, {0, 0, 24, 16}, 8, 8, out.data, &error))
+    EXPECT_FALSE(decode_crop_resize(encoded, {0, 0, 24, 16}, 8, 8, out.data, &error)) << ext;
+    EXPECT_NE(error.find("image is neither JPEG nor PNG (it begins "), std::string::npos) << error;
+    EXPECT_TRUE(decode_full(encoded, &full, &error, ImageFormats::kImageFolder))
         << ext << ": " << error;
+    EXPECT_EQ(full.cols, 24) << ext;
   }
   const std::string hdr = encode(rgb, ".hdr");
   ASSERT_FALSE(hdr.empty());
-  EXPECT_FALSE(decode_crop_resize(hdr, {0, 0, 24, 16}, 8, 8, out.data, &error));
+  EXPECT_FALSE(decode_full(hdr, &full, &error, ImageFormats::kImageFolder));
   EXPECT_NE(error.find("is not JPEG, PNG, BMP, TIFF, WebP or PPM/PGM (it begins 23 3f 52 41"),
             std::string::npos)
       << error;

@@ -75,15 +75,15 @@ std::string source_image_example(const SourceImage& image) {
   e.encoded = read_image_bytes(image);
   std::string error;
   ImageSize size;
-  USER_CHECK(encoded_image_size(e.encoded, &size, &error), "'", image.path,
-             image.archive ? "' member '" + image.filename + "'" : "'",
+  USER_CHECK(encoded_image_size(e.encoded, &size, &error, ImageFormats::kImageFolder), "'",
+             image.path, image.archive ? "' member '" + image.filename + "'" : "'",
              " is not a decodable image: ", error);
   const bool jpeg =
       e.encoded.size() > 2 && uint8_t(e.encoded[0]) == 0xFF && uint8_t(e.encoded[1]) == 0xD8;
   if (!jpeg || is_cmyk_jpeg(e.encoded)) {  // the standard format holds RGB JPEGs only
     cv::Mat rgb, bgr;
-    USER_CHECK(decode_full(e.encoded, &rgb, &error), "'", image.path, "' ", image.filename, ": ",
-               error);
+    USER_CHECK(decode_full(e.encoded, &rgb, &error, ImageFormats::kImageFolder), "'", image.path,
+               "' ", image.filename, ": ", error);
     cv::cvtColor(rgb, bgr, cv::COLOR_RGB2BGR);
     std::vector<uint8_t> out;
     cv::imencode(".jpg", bgr, out, {cv::IMWRITE_JPEG_QUALITY, 100});

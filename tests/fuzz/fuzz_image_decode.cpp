@@ -1,6 +1,6 @@
-// The crop-aware image decoder on any bytes (JPEG through libjpeg-turbo's crop and DCT scaling;
-// PNG, BMP, TIFF, WebP and PPM through OpenCV; anything else refused), with any crop (inside,
-// across or outside the image) and any output size, and the full decode the verifier uses. The first 10 bytes choose the crop and
+// The crop-aware image decoder on any bytes as a record's image (JPEG through libjpeg-turbo's crop
+// and DCT scaling, PNG through OpenCV, anything else refused), with any crop (inside, across or
+// outside the image) and any output size, and the full decode the verifier uses. The first 10 bytes choose the crop and
 // the output; the rest is the image.
 #include <opencv2/core.hpp>
 #include <vector>

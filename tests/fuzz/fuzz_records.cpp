@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "base/check.h"
+#include "base/user_error.h"
 #include "data/formats/tfrecord/index.h"
 #include "data/formats/tfrecord/record.h"
 #include "tests/fuzz/fuzz_input.h"

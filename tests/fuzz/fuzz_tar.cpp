@@ -3,7 +3,7 @@
 // the archive's bytes.
 #include <string>
 
-#include "base/check.h"
+#include "base/user_error.h"
 #include "data/formats/tar/tar.h"
 #include "tests/fuzz/fuzz_input.h"
 

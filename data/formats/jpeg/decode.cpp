@@ -12,7 +12,7 @@
 #include <opencv2/imgproc.hpp>
 #include <vector>
 
-#include "base/check.h"
+#include "base/user_error.h"
 
 namespace trainer {
 namespace {
@@ -26,14 +26,15 @@ bool is_png(std::string_view data) {
   return data.size() >= 8 && data.substr(0, 8) == std::string_view("\x89PNG\r\n\x1a\n", 8);
 }
 
-// The format decode_full hands to OpenCV, by its first bytes: those torchvision's ImageFolder
-// reads besides JPEG (PNG, BMP, TIFF, WebP, PPM/PGM/PBM); nullptr for any other. OpenCV's other
-// decoders (OpenEXR, Radiance HDR, JPEG 2000, Sun raster, PFM; some through a temporary file)
-// read no image of a dataset this trainer takes, and each is more code a damaged or crafted
-// record could reach.
-const char* opencv_format(std::string_view data) {
+// The format decode_full hands to OpenCV, by its first bytes: PNG for records, and for an
+// ImageFolder the others torchvision's ImageFolder reads (BMP, TIFF, WebP, PPM/PGM/PBM); nullptr
+// for any other. OpenCV's other decoders (OpenEXR, Radiance HDR, JPEG 2000, Sun raster, PFM;
+// some through a temporary file) read no image of a dataset this trainer takes, and each is more
+// code a damaged or crafted record could reach.
+const char* opencv_format(std::string_view data, ImageFormats formats) {
   auto starts = [&](std::string_view magic) { return data.substr(0, magic.size()) == magic; };
   if (is_png(data)) return "PNG";
+  if (formats != ImageFormats::kImageFolder) return nullptr;
   if (starts("BM")) return "BMP";
   if (starts(std::string_view("II*\0", 4)) || starts(std::string_view("MM\0*", 4))) return "TIFF";
   if (data.size() >= 12 && starts("RIFF") && data.substr(8, 4) == "WEBP") return "WebP";
@@ -266,7 +267,8 @@ void resize_antialiased(cv::Mat src, cv::Mat& dst) {
 
 }  // namespace
 
-bool encoded_image_size(std::string_view data, ImageSize* size, std::string* error) {
+bool encoded_image_size(std::string_view data, ImageSize* size, std::string* error,
+                        ImageFormats formats) {
   if (is_jpeg(data)) {
     jpeg_decompress_struct cinfo;
     ErrorManager err;
@@ -285,7 +287,7 @@ bool encoded_image_size(std::string_view data, ImageSize* size, std::string* err
     return error->empty();
   }
   cv::Mat rgb;
-  if (!decode_full(data, &rgb, error)) return false;
+  if (!decode_full(data, &rgb, error, formats)) return false;
   *size = {rgb.cols, rgb.rows};
   return true;
 }
@@ -324,7 +326,7 @@ bool decode_crop_resize(std::string_view data, const CropChooser& choose_crop, i
   return true;
 }
 
-bool decode_full(std::string_view data, cv::Mat* rgb, std::string* error) {
+bool decode_full(std::string_view data, cv::Mat* rgb, std::string* error, ImageFormats formats) {
   if (is_jpeg(data)) {
     ImageSize size;
     if (!encoded_image_size(data, &size, error)) return false;
@@ -334,11 +336,15 @@ bool decode_full(std::string_view data, cv::Mat* rgb, std::string* error) {
     return decode_crop_resize(data, {0, 0, size.width, size.height}, size.width, size.height,
                               rgb->data, error);
   }
-  const char* format = opencv_format(data);
+  const char* format = opencv_format(data, formats);
   if (format == nullptr) {
-    *error = "image is not JPEG, PNG, BMP, TIFF, WebP or PPM/PGM (it begins " + first_bytes(data) +
-             "): damaged, or a format this trainer does not read. Fix: convert it to JPEG, or "
-             "drop it";
+    *error = formats == ImageFormats::kImageFolder
+                 ? "image is not JPEG, PNG, BMP, TIFF, WebP or PPM/PGM (it begins " +
+                       first_bytes(data) + "): damaged, or a format ImageFolder does not read. " +
+                       "Fix: convert it to JPEG, or drop it"
+                 : "image is neither JPEG nor PNG (it begins " + first_bytes(data) +
+                       "): damaged, or another format, which records do not hold (make-tfrecords "
+                       "writes JPEG). Fix: convert the images with make-tfrecords, or drop it";
     return false;
   }
   // OpenCV allocates the decoded image from the header (its own limit is 2^30 pixels): a PNG's

@@ -12,7 +12,7 @@
 #include <sstream>
 #include <thread>
 
-#include "base/check.h"
+#include "base/user_error.h"
 #include "data/formats/tfrecord/crc32c.h"
 #include "data/formats/tfrecord/file.h"
 

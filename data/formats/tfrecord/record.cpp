@@ -3,7 +3,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "base/check.h"
+#include "base/user_error.h"
 #include "data/formats/tfrecord/crc32c.h"
 
 namespace trainer {

@@ -4,7 +4,7 @@
 #include <optional>
 #include <vector>
 
-#include "base/check.h"
+#include "base/user_error.h"
 #include "data/formats/tfrecord/file.h"
 #include "data/formats/tfrecord/record.h"
 
