@@ -3,6 +3,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "base/user_error.h"
@@ -11,14 +12,20 @@ namespace trainer {
 namespace {
 
 constexpr int64_t kBlock = 512;
+// The largest GNU long name or pax header read: a path is at most 4 KB on Linux, a pax header a
+// few of its records; read whole, so bounded before anything of that size is allocated.
+constexpr int64_t kMaxMetadataBytes = int64_t(1) << 20;
 
 // A numeric header field: octal text, or (GNU, for values past 8 GB) base-256 big-endian when
-// the first byte's high bit is set.
+// the first byte's high bit is set; -1 when it is neither, or past what an int64 holds.
 int64_t header_number(const char* field, int length) {
   const auto* bytes = reinterpret_cast<const unsigned char*>(field);
   int64_t value = 0;
   if (bytes[0] & 0x80) {
-    for (int i = 1; i < length; ++i) value = (value << 8) | bytes[i];
+    for (int i = 1; i < length; ++i) {
+      if (value > (INT64_MAX >> 8)) return -1;
+      value = (value << 8) | bytes[i];
+    }
     return value;
   }
   for (int i = 0; i < length && field[i] != '\0' && field[i] != ' '; ++i) {
@@ -74,10 +81,14 @@ std::vector<TarMember> list_tar(const ReadAt& read, int64_t begin, int64_t end,
     USER_CHECK(checksum_matches(header), what, ": no valid tar header at byte ", at - begin,
                ": not a tar archive, or damaged there. Fix: download the file again");
     const int64_t size = header_number(header + 124, 12);
-    USER_CHECK(size >= 0 && at + kBlock + size <= end, what, ": the member at byte ", at - begin,
+    USER_CHECK(size >= 0 && size <= end - at - kBlock, what, ": the member at byte ", at - begin,
                " claims ", size, " bytes, past the end of the archive: an incomplete download?");
     const char type = header[156];
     const int64_t data = at + kBlock;
+    USER_CHECK((type != 'L' && type != 'x') || size <= kMaxMetadataBytes, what,
+               ": the long name or pax header at byte ", at - begin, " claims ", size,
+               " bytes, over the limit of ", kMaxMetadataBytes,
+               ": the archive is damaged or crafted. Fix: download the file again");
     if (type == 'L') {
       long_name = read_exact(read, data, size, what).c_str();
     } else if (type == 'x') {
