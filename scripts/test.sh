@@ -12,7 +12,7 @@ set -x
 # OpenMP pools spinning on 2 cores slow each other down many times over.
 ctest --test-dir "$BUILD_DIR" --output-on-failure
 # The short sanitizer pass: the parsers that need no LibTorch built with clang under
-# AddressSanitizer and UndefinedBehaviorSanitizer, each fuzz target's corpus replayed and 20,000
+# AddressSanitizer and UndefinedBehaviorSanitizer, each fuzz target's corpus replayed and 3,000
 # mutations of it from a fixed seed. The full runs: scripts/sanitize.sh, scripts/fuzz.sh.
 BUILD_DIR="$root/build-fuzz" "$root/scripts/fuzz.sh" --check records example image_decode augment tar
 # --durations: the slowest tests, so that each change sees where the suite's time goes.
