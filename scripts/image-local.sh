@@ -40,13 +40,6 @@ host_ccache=${CCACHE_DIR:-$host_cache/ccache}
 if [ -d "$host_ccache" ]; then
   args+=(--build-arg "TRAINER_CACHE=$host_cache" --build-arg "CCACHE_DIR=/host-ccache"
     --volume "$host_ccache:/host-ccache")
-  # The host's venv too, read-only at its own path, once it holds what the build needs (its
-  # marker names the torch wheel): setup.sh --build then finds torch installed and downloads
-  # nothing, and the build stage's layer holds no copy of it (3.5 GB of wheel, 5 GB installed).
-  # stage-runtime.sh copies the wheel's libraries into the image from it as from its own.
-  if grep -qs "torch==" "$host_cache/venv/.installed"; then
-    args+=(--volume "$host_cache/venv:$host_cache/venv:ro")
-  fi
 fi
 echo "+ export CONTAINERS_CONF=$CONTAINERS_CONF" >&2
 start=$SECONDS
