@@ -43,11 +43,16 @@ class FuzzInput {
   std::fprintf(stderr, "fuzz property broken: %s: %s\n", what, detail.c_str());
   std::abort();
 }
-#define FUZZ_EXPECT(condition, detail) \
-  if (!(condition)) ::trainer::fuzz::property_failed(#condition, detail)
+#define FUZZ_EXPECT(condition, detail)                                      \
+  do {                                                                      \
+    if (!(condition)) ::trainer::fuzz::property_failed(#condition, detail); \
+  } while (0)
 
-// A file of the input's bytes for readers that take a path: one per process, in memory where
-// the machine has /dev/shm.
+// A scratch file's path, one per process and suffix, in memory where the machine has /dev/shm;
+// removed when the process exits.
+std::string scratch_path(const char* suffix);
+
+// A scratch file of the input's bytes, for readers that take a path.
 std::string write_input_file(std::string_view bytes, const char* suffix);
 
 }  // namespace trainer::fuzz

@@ -64,7 +64,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     read_index_file(path, /*most_entries=*/1000);
   } catch (const UserError&) {
   }
-  const std::string index_path = path + ".idx";
+  const std::string index_path = scratch_path(".tfrecord.idx");
   if (write_index_file(index_path, walked))
     FUZZ_EXPECT(read_index_file(index_path) == walked, "index round trip");
   return 0;

@@ -329,9 +329,7 @@ bool decode_crop_resize(std::string_view data, const CropChooser& choose_crop, i
 bool decode_full(std::string_view data, cv::Mat* rgb, std::string* error, ImageFormats formats) {
   if (is_jpeg(data)) {
     ImageSize size;
-    if (!encoded_image_size(data, &size, error)) return false;
-    *error = too_many_pixels("JPEG", size.width, size.height);
-    if (!error->empty()) return false;
+    if (!encoded_image_size(data, &size, error)) return false;  // within kMaxImagePixels too
     rgb->create(size.height, size.width, CV_8UC3);
     return decode_crop_resize(data, {0, 0, size.width, size.height}, size.width, size.height,
                               rgb->data, error);
