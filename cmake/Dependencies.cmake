@@ -45,6 +45,23 @@ set_target_properties(nccl::nccl PROPERTIES
   INTERFACE_INCLUDE_DIRECTORIES "${NCCL_INCLUDE_DIR}")
 message(STATUS "NCCL: ${NCCL_LIBRARY}")
 
+# cuDNN: the same copy LibTorch loads (the `nvidia-cudnn` wheel beside the `torch` wheel, else the
+# CUDA toolkit's), for the batch norm fusions ATen does not call (models/fused_batch_norm.cpp).
+find_path(CUDNN_INCLUDE_DIR cudnn.h
+  HINTS "${_torch_site}/nvidia/cudnn/include" ${CUDAToolkit_INCLUDE_DIRS} ENV CUDNN_HOME
+  PATH_SUFFIXES include)
+find_library(CUDNN_LIBRARY NAMES libcudnn.so.9 cudnn NAMES_PER_DIR
+  HINTS "${_torch_site}/nvidia/cudnn/lib" ${CUDAToolkit_LIBRARY_DIR} ENV CUDNN_HOME
+  PATH_SUFFIXES lib lib64)
+if(NOT CUDNN_INCLUDE_DIR OR NOT CUDNN_LIBRARY)
+  message(FATAL_ERROR "cuDNN not found. Install the CUDA toolkit's cuDNN or set CUDNN_HOME.")
+endif()
+add_library(cudnn::cudnn UNKNOWN IMPORTED)
+set_target_properties(cudnn::cudnn PROPERTIES
+  IMPORTED_LOCATION "${CUDNN_LIBRARY}"
+  INTERFACE_INCLUDE_DIRECTORIES "${CUDNN_INCLUDE_DIR}")
+message(STATUS "cuDNN: ${CUDNN_LIBRARY}")
+
 # LibTorch's include directory carries its own fmt (12.x) ahead of the system's; spdlog is built
 # against Debian's fmt (9.x). A directory holding only a link to the system fmt, searched first
 # (-I before -isystem), makes every translation unit see the fmt spdlog was built with.

@@ -54,9 +54,9 @@ foreach(dir IN LISTS _wheel_lib_dirs)
 endforeach()
 
 # The installed binaries look in the copies, wherever the prefix is: the folders of the wheel's
-# libraries they link (LibTorch, NCCL, the CUDA runtime), relative to bin/.
+# libraries they link (LibTorch, NCCL, cuDNN, the CUDA runtime), relative to bin/.
 set(_rpath "")
-foreach(library IN ITEMS ${TORCH_LIBRARIES} ${NCCL_LIBRARY} ${TRAINER_CUDART})
+foreach(library IN ITEMS ${TORCH_LIBRARIES} ${NCCL_LIBRARY} ${CUDNN_LIBRARY} ${TRAINER_CUDART})
   if(library MATCHES "^/" AND EXISTS "${library}")
     get_filename_component(real "${library}" REALPATH)
     get_filename_component(dir "${real}" DIRECTORY)

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "base/check.h"
+#include "models/fused_batch_norm.h"
 
 namespace trainer {
 namespace {
@@ -37,6 +38,16 @@ const std::map<int, DepthSpec>& depth_specs() {
   return specs;
 }
 
+// The residual a block adds: the input itself, or the downsample's 1x1 conv + BN of `input` (the
+// block's input, blurred when the shortcut is strided and BlurPool is on).
+torch::Tensor shortcut(nn::Sequential& downsample, const torch::Tensor& input,
+                       const torch::Tensor& x, bool fused) {
+  if (!downsample) return x;
+  auto* bn = downsample[1]->as<nn::BatchNorm2d>();
+  return batch_norm_act(*bn, downsample[0]->as<nn::Conv2d>()->forward(input), {}, /*relu=*/false,
+                        fused);
+}
+
 }  // namespace
 
 torch::Tensor Blur::operator()(const torch::Tensor& x) {
@@ -53,8 +64,9 @@ torch::Tensor Blur::operator()(const torch::Tensor& x) {
                        /*groups=*/channels);
 }
 
-BasicBlockImpl::BasicBlockImpl(int64_t in_channels, int64_t width, int64_t stride, bool blurpool)
-    : blur_(blurpool && stride > 1 && in_channels >= 16) {
+BasicBlockImpl::BasicBlockImpl(int64_t in_channels, int64_t width, int64_t stride, bool blurpool,
+                               bool fused_batch_norm)
+    : blur_(blurpool && stride > 1 && in_channels >= 16), fused_(fused_batch_norm) {
   conv1 = register_module("conv1", conv(in_channels, width, 3, stride));
   bn1 = register_module("bn1", nn::BatchNorm2d(width));
   conv2 = register_module("conv2", conv(width, width, 3, 1));
@@ -65,14 +77,14 @@ BasicBlockImpl::BasicBlockImpl(int64_t in_channels, int64_t width, int64_t strid
 
 torch::Tensor BasicBlockImpl::forward(const torch::Tensor& x) {
   const torch::Tensor input = blur_ ? blur_input_(x) : x;  // conv1 and the shortcut are strided
-  auto out = bn1(conv1(input)).relu_();
-  out = bn2(conv2(out));
-  out += downsample ? downsample->forward(input) : x;
-  return out.relu_();
+  auto out = batch_norm_act(*bn1, conv1(input), {}, /*relu=*/true, fused_);
+  return batch_norm_act(*bn2, conv2(out), shortcut(downsample, input, x, fused_), true, fused_);
 }
 
-BottleneckImpl::BottleneckImpl(int64_t in_channels, int64_t width, int64_t stride, bool blurpool)
-    : blur_(blurpool && stride > 1) {  // width >= 64 > 16 input channels: every strided one
+BottleneckImpl::BottleneckImpl(int64_t in_channels, int64_t width, int64_t stride, bool blurpool,
+                               bool fused_batch_norm)
+    // width >= 64 > 16 input channels: every strided one is blurred
+    : blur_(blurpool && stride > 1), fused_(fused_batch_norm) {
   conv1 = register_module("conv1", conv(in_channels, width, 1, 1));
   bn1 = register_module("bn1", nn::BatchNorm2d(width));
   conv2 = register_module("conv2", conv(width, width, 3, stride));  // v1.5: stride here
@@ -85,11 +97,11 @@ BottleneckImpl::BottleneckImpl(int64_t in_channels, int64_t width, int64_t strid
 }
 
 torch::Tensor BottleneckImpl::forward(const torch::Tensor& x) {
-  auto out = bn1(conv1(x)).relu_();
-  out = bn2(conv2(blur_ ? blur_mid_(out) : out)).relu_();  // conv2 carries the stride (v1.5)
-  out = bn3(conv3(out));
-  out += downsample ? downsample->forward(blur_ ? blur_input_(x) : x) : x;
-  return out.relu_();
+  auto out = batch_norm_act(*bn1, conv1(x), {}, /*relu=*/true, fused_);
+  // conv2 carries the stride (v1.5)
+  out = batch_norm_act(*bn2, conv2(blur_ ? blur_mid_(out) : out), {}, true, fused_);
+  const torch::Tensor identity = shortcut(downsample, blur_ ? blur_input_(x) : x, x, fused_);
+  return batch_norm_act(*bn3, conv3(out), identity, true, fused_);
 }
 
 int resnet_depth_from_name(const std::string& arch) {
@@ -114,10 +126,9 @@ ResNetImpl::ResNetImpl(const ResNetOptions& options) : options_(options) {
   std::array<nn::Sequential, 4> stages{nullptr, nullptr, nullptr, nullptr};
   for (int i = 0; i < 4; ++i) {
     const int64_t stride = i == 0 ? 1 : 2;
-    stages[i] =
-        spec.bottleneck
-            ? make_stage<Bottleneck>(channels, widths[i], spec.blocks[i], stride, options.blurpool)
-            : make_stage<BasicBlock>(channels, widths[i], spec.blocks[i], stride, options.blurpool);
+    stages[i] = spec.bottleneck
+                    ? make_stage<Bottleneck>(channels, widths[i], spec.blocks[i], stride)
+                    : make_stage<BasicBlock>(channels, widths[i], spec.blocks[i], stride);
   }
   layer1 = register_module("layer1", stages[0]);
   layer2 = register_module("layer2", stages[1]);
@@ -129,10 +140,11 @@ ResNetImpl::ResNetImpl(const ResNetOptions& options) : options_(options) {
 
 template <typename Block>
 nn::Sequential ResNetImpl::make_stage(int64_t& in_channels, int64_t width, int blocks,
-                                      int64_t stride, bool blurpool) {
+                                      int64_t stride) {
   nn::Sequential stage;
   for (int b = 0; b < blocks; ++b) {
-    stage->push_back(Block(in_channels, width, b == 0 ? stride : 1, blurpool));
+    stage->push_back(Block(in_channels, width, b == 0 ? stride : 1, options_.blurpool,
+                           options_.fused_batch_norm));
     in_channels = width * Block::Impl::kExpansion;
   }
   return stage;
@@ -184,7 +196,7 @@ void ResNetImpl::initialize_weights() {
 }
 
 torch::Tensor ResNetImpl::forward(torch::Tensor x) {
-  x = bn1(conv1(x)).relu_();
+  x = batch_norm_act(*bn1, conv1(x), {}, /*relu=*/true, options_.fused_batch_norm);
   x = torch::max_pool2d(x, /*kernel_size=*/3, /*stride=*/2, /*padding=*/1);
   x = layer4->forward(layer3->forward(layer2->forward(layer1->forward(x))));
   x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);  // (N, C)

@@ -33,6 +33,9 @@ struct ResNetOptions {
   // are added, so the state dict keeps torchvision's names; checkpoints say the variant.
   bool blurpool = false;
   WeightInit weight_init = WeightInit::kTorchvision;
+  // On the GPU, each BN with the ReLU and residual add after it as cuDNN's fused kernels
+  // (models/fused_batch_norm.h); the same ATen ops wherever cuDNN has no fusion.
+  bool fused_batch_norm = false;
 };
 
 // The blur BlurPool puts before a strided convolution; the filter is made once per device, dtype
@@ -49,12 +52,14 @@ class Blur {
 class BasicBlockImpl : public torch::nn::Module {
  public:
   static constexpr int64_t kExpansion = 1;
-  BasicBlockImpl(int64_t in_channels, int64_t width, int64_t stride, bool blurpool = false);
+  BasicBlockImpl(int64_t in_channels, int64_t width, int64_t stride, bool blurpool = false,
+                 bool fused_batch_norm = false);
   torch::Tensor forward(const torch::Tensor& x);
   torch::nn::BatchNorm2d last_bn() { return bn2; }
 
  private:
-  bool blur_;  // blurpool and strided: blur the inputs of conv1 and the shortcut
+  bool blur_;   // blurpool and strided: blur the inputs of conv1 and the shortcut
+  bool fused_;  // ResNetOptions::fused_batch_norm
   Blur blur_input_;
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
   torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr};
@@ -66,12 +71,14 @@ TORCH_MODULE(BasicBlock);
 class BottleneckImpl : public torch::nn::Module {
  public:
   static constexpr int64_t kExpansion = 4;
-  BottleneckImpl(int64_t in_channels, int64_t width, int64_t stride, bool blurpool = false);
+  BottleneckImpl(int64_t in_channels, int64_t width, int64_t stride, bool blurpool = false,
+                 bool fused_batch_norm = false);
   torch::Tensor forward(const torch::Tensor& x);
   torch::nn::BatchNorm2d last_bn() { return bn3; }
 
  private:
-  bool blur_;  // blurpool and strided: blur the inputs of conv2 and the shortcut
+  bool blur_;   // blurpool and strided: blur the inputs of conv2 and the shortcut
+  bool fused_;  // ResNetOptions::fused_batch_norm
   Blur blur_input_, blur_mid_;
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
   torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr}, bn3{nullptr};
@@ -88,8 +95,7 @@ class ResNetImpl : public torch::nn::Module {
 
  private:
   template <typename Block>
-  torch::nn::Sequential make_stage(int64_t& in_channels, int64_t width, int blocks, int64_t stride,
-                                   bool blurpool);
+  torch::nn::Sequential make_stage(int64_t& in_channels, int64_t width, int blocks, int64_t stride);
   void initialize_weights();
 
   ResNetOptions options_;

@@ -2,12 +2,13 @@
 # The checks that need a GPU, run on a GPU machine with PyTorch 2.11 (cu130) from the repository
 # root, using the bundle that scripts/device-bundle.sh made on the build machine (no compiler,
 # packages or network needed there). Stages, in order (default: all):
-#   tests      the GPU tests (fused input kernel, fp16/bf16 steps in channels_last, loss scaling)
-#              and the gradient all-reduce over NCCL under `mpirun -np 1` (fp32/fp16/bf16 wire)
+#   tests      the GPU tests (fused input kernel, fused batch norm against float64 and the whole
+#              ResNet against float32, fp16/bf16 steps in channels_last, loss scaling) and the gradient all-reduce over NCCL under `mpirun -np 1` (fp32/fp16/bf16 wire)
 #   overhead   the gradient path at world size one: `train --benchmark` alone against
 #              `mpirun -np 1 train --benchmark` (bucketing, hooks, NCCL), alternated, twice
 #   allreduce  bench-allreduce over NCCL
-#   train      scripts/bench-train.sh: this trainer next to PyTorch eager and compiled (fp16, bf16)
+#   train      scripts/bench-train.sh: this trainer, fused batch norm on and off, next to PyTorch
+#              eager and compiled (fp16, bf16; COMPILE_MODE passes through)
 #   pipeline   TFRecords into the GPU: generated ImageNet-sized JPEGs as TFRecords, bench-input on
 #              one core and on all, then ResNet-50 (fp16) trained on them for 3 epochs
 #   recipes    every configs/recipes/*.toml in benchmark mode (synthetic data, its precision, batch
@@ -48,7 +49,7 @@ for stage in "${stages[@]}"; do
   echo "== $stage"
   case $stage in
     tests)
-      trainer_tests --gtest_filter='Gpu.*'
+      trainer_tests --gtest_filter='Gpu.*:FusedBatchNormGpu.*'
       mpirun -np 1 distributed_tests --gtest_filter='Distributed.Gpu*'
       ;;
     overhead)
@@ -91,9 +92,11 @@ for stage in "${stages[@]}"; do
     recipes)
       for recipe in "$root"/configs/recipes/*.toml; do
         echo "-- $(basename "$recipe")"
+        # Synthetic data has no files, boxes or held-out set: the keys that need them off.
         train --config "$recipe" --data_source synthetic --benchmark true --device cuda \
-          --auto_augment none --random_erasing 0 --output_dir "${TMPDIR:-/tmp}/device-recipes" 2>&1 |
-          grep -E 'benchmark |error'
+          --auto_augment none --random_erasing 0 --epoch_order global --repeated_augmentation 1 \
+          --train_crop random_resized --target_top1 0 \
+          --output_dir "${TMPDIR:-/tmp}/device-recipes" 2>&1 | grep -E 'batch norm in|benchmark |error'
       done
       ;;
     techniques)

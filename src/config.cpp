@@ -84,6 +84,8 @@ void add_options(CLI::App& app, Config& c) {
   add_choice("Device", "precision", c.precision, "fp32 | fp16 (loss scaling) | bf16");
   add("Device", "channels_last", c.channels_last, "NHWC activations on the GPU");
   add("Device", "cudnn_benchmark", c.cudnn_benchmark, "cuDNN algorithm autotuning");
+  add("Device", "fused_batch_norm", c.fused_batch_norm,
+      "cuDNN's fused BN+ReLU and BN+add+ReLU on the GPU (fp16/bf16, channels_last)");
   add_choice("Data", "data_source", c.data_source, "synthetic | generated | tfrecord");
   add("Data", "batch_size", c.batch_size,
       "images per GPU and step; with global_batch, the most per micro-batch");

@@ -51,8 +51,8 @@ double ema_decay_per_update(const Config& c) {
 
 TrainerOptions trainer_options(const Config& c) {
   TrainerOptions o;
-  o.model = ResNetOptions{resnet_depth(c.arch), c.num_classes, c.zero_init_residual, c.blurpool,
-                          c.weight_init};
+  o.model = ResNetOptions{resnet_depth(c.arch), c.num_classes, c.zero_init_residual,
+                          c.blurpool,           c.weight_init, c.fused_batch_norm};
   o.architecture = name_of(c.arch) + (c.blurpool ? "-blurpool" : "");
   o.seed = c.seed;
   o.autocast_dtype = autocast_dtype(c.precision);

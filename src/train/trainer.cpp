@@ -10,6 +10,7 @@
 #include "base/check.h"
 #include "base/seed.h"
 #include "data/transforms/device_input.h"
+#include "models/fused_batch_norm.h"
 #include "src/state/weights.h"
 #include "src/train/autocast.h"
 
@@ -85,6 +86,9 @@ Trainer::Trainer(const TrainerOptions& options, c10::Device device, ProcessGroup
       mixing_(options.mixing) {
   model_->to(device);
   if (memory_format_ == c10::MemoryFormat::ChannelsLast) to_channels_last(model_);
+  if (device.is_cuda() && autocast_dtype_ && options.model.fused_batch_norm)
+    spdlog::info("batch norm in {}: {}", c10::toString(*autocast_dtype_),
+                 fused_batch_norm_path(*autocast_dtype_, device.index()));
   const Optimizer::NamedParameters trained = trainable_parameters(model_, options.classifier_only);
   optimizer_ = std::make_unique<Optimizer>(trained, options.optimizer);
   if (group_ && group_->launched()) {
