@@ -71,6 +71,9 @@ void add_options(CLI::App& app, Config& c) {
   };
   add("Output", "output_dir", c.output_dir, "checkpoints, metrics.jsonl and config.toml");
   add("Output", "tensorboard", c.tensorboard, "TensorBoard event files in output_dir/tensorboard");
+  add("Output", "profile_steps", c.profile_steps,
+      "steps to trace with the profiler into output_dir/profile (Perfetto, TensorBoard); 0: none");
+  add("Output", "profile_first_step", c.profile_first_step, "the first step profile_steps traces");
   add_choice("Model", "arch", c.arch, "resnet18 | resnet34 | resnet50 | resnet101 | resnet152");
   add("Model", "num_classes", c.num_classes, "classifier width");
   add("Model", "zero_init_residual", c.zero_init_residual, "zero each block's last BN gamma");

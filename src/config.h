@@ -36,6 +36,10 @@ struct Config {
   // Output: checkpoints, metrics.jsonl and the resolved config.toml go here.
   std::string output_dir = "runs/resnet50";
   bool tensorboard = true;  // rank 0 writes TensorBoard event files in <output_dir>/tensorboard
+  // A profiler trace of profile_steps steps from step profile_first_step, each rank's in
+  // <output_dir>/profile (src/train/step_profile.h); 0: none.
+  int64_t profile_steps = 0;
+  int64_t profile_first_step = 20;
 
   // Model.
   Arch arch = Arch::kResNet50;     // resnet18|34|50|101|152

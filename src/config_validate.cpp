@@ -216,6 +216,9 @@ void validate_run_modes(const Config& c) {
   check(c.keep_checkpoints >= 1, "keep_checkpoints", c.keep_checkpoints, "must be >= 1");
   check(!c.resume.empty(), "resume", "''", "use auto, none or a checkpoint path");
   check(c.log_every_steps > 0, "log_every_steps", c.log_every_steps, "must be > 0");
+  check(c.profile_steps >= 0, "profile_steps", c.profile_steps, "must be >= 0 (0: none)");
+  check(c.profile_first_step >= 1, "profile_first_step", c.profile_first_step,
+        "must be >= 1 (steps count from 1)");
   check(!c.output_dir.empty(), "output_dir", "''", "must name a directory");
   check(c.benchmark_warmup_steps >= 0, "benchmark_warmup_steps", c.benchmark_warmup_steps,
         "must be >= 0");

@@ -22,6 +22,7 @@
 #include "src/state/class_match.h"
 #include "src/state/weights.h"
 #include "src/train/lr_schedule.h"
+#include "src/train/step_profile.h"
 #include "src/train/weight_average.h"
 
 namespace trainer {
@@ -226,7 +227,10 @@ class TrainingLoop {
           step_samples(samples_, at_.samples_in_epoch + taken, config_.images_per_micro_batch());
       taken += micro_images;
       const auto wait_start = Clock::now();
-      Batch batch = train_.next_batch();
+      Batch batch = [&] {
+        const StepPhase phase("input wait");
+        return train_.next_batch();
+      }();
       interval_.add_data_wait(
           std::chrono::duration<double, std::milli>(Clock::now() - wait_start).count());
       if (at_.samples_in_epoch == 0 && rows == 0)

@@ -1,5 +1,7 @@
 #include "src/part_options.h"
 
+#include <filesystem>
+
 #include "base/check.h"
 #include "src/train/weight_average.h"
 
@@ -69,6 +71,8 @@ TrainerOptions trainer_options(const Config& c) {
   o.mixing = {c.mixup_alpha, c.cutmix_alpha};
   o.ema_decay = ema_decay_per_update(c);
   o.eval_flip = c.eval_flip;
+  o.profile = {c.profile_first_step, c.profile_steps,
+               (std::filesystem::path(c.output_dir) / "profile").string()};
   o.ema_every_steps = c.ema_every_steps;
   o.ema_buffers = c.ema_buffers;
   o.world_size = c.world_size;

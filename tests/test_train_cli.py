@@ -43,6 +43,8 @@ def test_help_lists_keys_with_defaults():
     (["--global_batch", "1", "--image_size", "32"], "global_batch"),
     (["--evaluate_only", "true"], "evaluate_only"),  # synthetic data has no held-out split
     (["--evaluate_only", "true", "--data_source", "tfrecord"], "val_data"),
+    (["--profile_steps", "-1"], "profile_steps"),
+    (["--profile_first_step", "0"], "profile_first_step"),
 ])
 def test_bad_values_exit_2_naming_the_key(args, key):
     result = run_train(*args)
@@ -95,6 +97,26 @@ def test_run_writes_checkpoint_metrics_and_config(tmp_path):
     again = run_train("--config", tmp_path / "config.toml", "--output_dir", tmp_path / "again",
                       "--max_steps", "1")
     assert again.returncode == 0, output(again)
+
+
+def test_profile_steps_write_a_trace_of_those_steps_and_their_phases(tmp_path):
+    """profile_steps: a Chrome trace of exactly the steps asked for (8 steps run, 3 and 4 traced),
+    each holding its phases, in the file name TensorBoard's profiler plugin reads."""
+    result = run_train(*SMALL, "--profile_steps", "2", "--profile_first_step", "3",
+                       "--output_dir", tmp_path)
+    assert result.returncode == 0, output(result)
+    trace = json.loads((tmp_path / "profile" / "rank0.3.pt.trace.json").read_text())
+    events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    steps = {e["name"]: e for e in events if re.fullmatch(r"step \d+", e.get("name", ""))}
+    assert sorted(steps) == ["step 3", "step 4"]
+    for name in ["input wait", "forward", "backward", "optimizer"]:
+        phases = [e for e in events if e.get("name") == name]
+        assert len(phases) == 2, name
+        for phase, step in zip(sorted(phases, key=lambda e: e["ts"]), ["step 3", "step 4"]):
+            assert steps[step]["ts"] <= phase["ts"], (name, step)
+            assert phase["ts"] + phase["dur"] <= steps[step]["ts"] + steps[step]["dur"], (name, step)
+    # The model's own ops are in it too (a convolution's backward, say).
+    assert any("convolution" in e.get("name", "") for e in events)
 
 
 def test_auto_resume_continues_from_the_newest_checkpoint(tmp_path):

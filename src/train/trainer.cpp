@@ -83,7 +83,8 @@ Trainer::Trainer(const TrainerOptions& options, c10::Device device, ProcessGroup
       model_(build_model(options)),
       scaler_(options.scaler, device),
       loss_(options.loss),
-      mixing_(options.mixing) {
+      mixing_(options.mixing),
+      profiler_(options.profile, device, group ? group->rank() : 0) {
   model_->to(device);
   if (memory_format_ == c10::MemoryFormat::ChannelsLast) to_channels_last(model_);
   if (device.is_cuda() && autocast_dtype_ && options.model.fused_batch_norm)
@@ -132,10 +133,12 @@ at::Tensor Trainer::forward_backward(const Batch& batch, double loss_weight) {
       mix(prepare_images(batch.images), batch.labels.to(device_, /*non_blocking=*/true));
   at::Tensor loss;
   {
+    const StepPhase phase("forward");
     AutocastGuard autocast(device_.type(), autocast_dtype_);
     at::Tensor logits = model_->forward(images);  // (N, classes)
     loss = training_loss(logits.to(at::kFloat), targets, loss_);
   }
+  const StepPhase phase("backward");  // the gradient all-reduce's buckets start inside it
   const double weight = loss_weight * options_.grad_scale;
   scaler_.scale(weight == 1.0 ? loss : loss * weight).backward();
   return loss.detach();
@@ -151,6 +154,8 @@ at::Tensor Trainer::train_step(const Batch& batch, double lr, double loss_weight
 void Trainer::begin_step() {
   step_host_start_ = std::chrono::steady_clock::now();
   ++step_;
+  profiler_.before_step(step_);
+  step_phase_.emplace("step " + std::to_string(step_));
   if (CollectiveWatch* watchdog = group_ ? group_->watchdog() : nullptr) watchdog->set_step(step_);
   if (step_start_) step_start_->record();
   if (reducer_) reducer_->prepare_step();
@@ -174,12 +179,23 @@ void Trainer::end_step(double lr, bool ema_copies) {
           .count();
   // Averaged gradients: every rank unscales the same values, finds the same overflow and skips
   // the same steps, so the replicas never diverge.
-  if (reducer_) reducer_->finish_step();
-  scaler_.unscale_(optimizer_->grads());
-  optimizer_->step(lr, scaler_.found_inf());
-  scaler_.update();
-  optimizer_->zero_grad();
-  if (ema_) ema_->update(step_, ema_copies);
+  if (reducer_) {
+    const StepPhase phase("gradient all-reduce");
+    reducer_->finish_step();
+  }
+  {
+    const StepPhase phase("optimizer");
+    scaler_.unscale_(optimizer_->grads());
+    optimizer_->step(lr, scaler_.found_inf());
+    scaler_.update();
+    optimizer_->zero_grad();
+  }
+  if (ema_) {
+    const StepPhase phase("EMA");
+    ema_->update(step_, ema_copies);
+  }
+  step_phase_.reset();
+  profiler_.after_step(step_);
 }
 
 EvalResult Trainer::evaluate(BatchSource& source, bool ema, bool per_class) {

@@ -25,6 +25,7 @@
 #include "src/train/loss.h"
 #include "src/train/loss_scaler.h"
 #include "src/train/optimizer.h"
+#include "src/train/step_profile.h"
 #include "src/train/weight_average.h"
 
 namespace trainer {
@@ -65,6 +66,7 @@ struct TrainerOptions {
   int64_t images_per_step = 0;  // over all ranks, for checkpoints
   std::string resolved_config;  // the run's config.toml, kept in checkpoints
   NamedClasses classes;         // the data's class names, kept in checkpoints; empty: none
+  ProfileOptions profile;       // a trace of some steps (profile_steps); off by default
 };
 
 class Trainer {
@@ -158,6 +160,8 @@ class Trainer {
   double last_step_host_ms_ = 0;  // the same on the CPU, where steps run synchronously
   std::chrono::steady_clock::time_point step_host_start_;
   int64_t step_ = 0;  // steps taken, resumed ones included (named by timeouts)
+  StepProfiler profiler_;
+  std::optional<StepPhase> step_phase_;  // "step N", from begin_step to end_step
 };
 
 }  // namespace trainer
