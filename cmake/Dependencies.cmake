@@ -46,7 +46,7 @@ set_target_properties(nccl::nccl PROPERTIES
 message(STATUS "NCCL: ${NCCL_LIBRARY}")
 
 # cuDNN: the same copy LibTorch loads (the `nvidia-cudnn` wheel beside the `torch` wheel, else the
-# CUDA toolkit's), for the batch norm fusions ATen does not call (models/fused_batch_norm.cpp).
+# CUDA toolkit's), for the batch norm fusions ATen does not call (models/cuda/fused_batch_norm.cpp).
 find_path(CUDNN_INCLUDE_DIR cudnn.h
   HINTS "${_torch_site}/nvidia/cudnn/include" ${CUDAToolkit_INCLUDE_DIRS} ENV CUDNN_HOME
   PATH_SUFFIXES include)

@@ -8,7 +8,7 @@
 #include <map>
 
 #include "base/check.h"
-#include "models/fused_batch_norm.h"
+#include "models/cuda/fused_batch_norm.h"
 
 namespace trainer {
 namespace {

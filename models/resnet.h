@@ -34,7 +34,7 @@ struct ResNetOptions {
   bool blurpool = false;
   WeightInit weight_init = WeightInit::kTorchvision;
   // On the GPU, each BN with the ReLU and residual add after it as cuDNN's fused kernels
-  // (models/fused_batch_norm.h); the same ATen ops wherever cuDNN has no fusion.
+  // (models/cuda/fused_batch_norm.h); the same ATen ops wherever cuDNN has no fusion.
   bool fused_batch_norm = false;
 };
 

@@ -63,7 +63,8 @@ struct Config {
   bool channels_last = true;                  // NHWC activations on the GPU (ignored on the CPU)
   bool cudnn_benchmark = true;                // let cuDNN time its algorithms on the first steps
   // Each BN with its ReLU, or its residual add and ReLU, as one cuDNN kernel each way on the GPU
-  // (fp16/bf16, channels_last, training); false: ATen's separate ops (models/fused_batch_norm.h).
+  // (fp16/bf16, channels_last, training); false: ATen's separate ops
+  // (models/cuda/fused_batch_norm.h).
   bool fused_batch_norm = true;
 
   // Data.

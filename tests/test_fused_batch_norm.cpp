@@ -1,5 +1,5 @@
-// The fused batch norm (models/fused_batch_norm.h): on the GPU, each fused op against float64 on
-// random inputs, forward, running statistics and every gradient, in fp16 and bf16; the whole
+// The fused batch norm (models/cuda/fused_batch_norm.h): on the GPU, each fused op against float64
+// on random inputs, forward, running statistics and every gradient, in fp16 and bf16; the whole
 // ResNet's logits and gradients, fused and unfused, against float32. On the CPU, the same ops as
 // the unfused model, bit for bit. The GPU tests skip, with the reason, without a GPU.
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 #include <string>
 #include <utility>
 
-#include "models/fused_batch_norm.h"
+#include "models/cuda/fused_batch_norm.h"
 #include "models/resnet.h"
 #include "src/train/autocast.h"
 

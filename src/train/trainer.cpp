@@ -10,7 +10,7 @@
 #include "base/check.h"
 #include "base/seed.h"
 #include "data/transforms/device_input.h"
-#include "models/fused_batch_norm.h"
+#include "models/cuda/fused_batch_norm.h"
 #include "src/state/weights.h"
 #include "src/train/autocast.h"
 

@@ -1,4 +1,4 @@
-#include "models/fused_batch_norm.h"
+#include "models/cuda/fused_batch_norm.h"
 
 #include <ATen/ATen.h>
 #include <ATen/cudnn/Handle.h>
