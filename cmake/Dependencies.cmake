@@ -27,40 +27,31 @@ target_include_directories(torch_deps SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
 target_compile_options(torch_deps INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:${TORCH_CXX_FLAGS}>)
 
-# NCCL: one copy in the process. LibTorch's CUDA library already loads libnccl.so.2, so link the
-# same one: the `nvidia-nccl` wheel beside the `torch` wheel first, then the CUDA toolkit's.
+# A library LibTorch's CUDA library loads too, as the imported target PREFIX::NAME, linking the
+# same copy so the process holds one: the `nvidia-<NAME>` wheel beside the `torch` wheel first,
+# then the CUDA toolkit's, or $<PREFIX>_HOME. Sets <PREFIX>_LIBRARY (the install's RPATH reads it).
 set(_torch_site "${Torch_DIR}/../../../..")
-find_path(NCCL_INCLUDE_DIR nccl.h
-  HINTS "${_torch_site}/nvidia/nccl/include" ${CUDAToolkit_INCLUDE_DIRS} ENV NCCL_HOME
-  PATH_SUFFIXES include)
-find_library(NCCL_LIBRARY NAMES libnccl.so.2 nccl NAMES_PER_DIR
-  HINTS "${_torch_site}/nvidia/nccl/lib" ${CUDAToolkit_LIBRARY_DIR} ENV NCCL_HOME
-  PATH_SUFFIXES lib lib64)
-if(NOT NCCL_INCLUDE_DIR OR NOT NCCL_LIBRARY)
-  message(FATAL_ERROR "NCCL not found. Install the CUDA toolkit's NCCL or set NCCL_HOME.")
-endif()
-add_library(nccl::nccl UNKNOWN IMPORTED)
-set_target_properties(nccl::nccl PROPERTIES
-  IMPORTED_LOCATION "${NCCL_LIBRARY}"
-  INTERFACE_INCLUDE_DIRECTORIES "${NCCL_INCLUDE_DIR}")
-message(STATUS "NCCL: ${NCCL_LIBRARY}")
-
-# cuDNN: the same copy LibTorch loads (the `nvidia-cudnn` wheel beside the `torch` wheel, else the
-# CUDA toolkit's), for the batch norm fusions ATen does not call (models/cuda/fused_batch_norm.cpp).
-find_path(CUDNN_INCLUDE_DIR cudnn.h
-  HINTS "${_torch_site}/nvidia/cudnn/include" ${CUDAToolkit_INCLUDE_DIRS} ENV CUDNN_HOME
-  PATH_SUFFIXES include)
-find_library(CUDNN_LIBRARY NAMES libcudnn.so.9 cudnn NAMES_PER_DIR
-  HINTS "${_torch_site}/nvidia/cudnn/lib" ${CUDAToolkit_LIBRARY_DIR} ENV CUDNN_HOME
-  PATH_SUFFIXES lib lib64)
-if(NOT CUDNN_INCLUDE_DIR OR NOT CUDNN_LIBRARY)
-  message(FATAL_ERROR "cuDNN not found. Install the CUDA toolkit's cuDNN or set CUDNN_HOME.")
-endif()
-add_library(cudnn::cudnn UNKNOWN IMPORTED)
-set_target_properties(cudnn::cudnn PROPERTIES
-  IMPORTED_LOCATION "${CUDNN_LIBRARY}"
-  INTERFACE_INCLUDE_DIRECTORIES "${CUDNN_INCLUDE_DIR}")
-message(STATUS "cuDNN: ${CUDNN_LIBRARY}")
+macro(find_torch_companion PREFIX NAME HEADER LIBRARY TITLE)
+  find_path(${PREFIX}_INCLUDE_DIR ${HEADER}
+    HINTS "${_torch_site}/nvidia/${NAME}/include" ${CUDAToolkit_INCLUDE_DIRS} ENV ${PREFIX}_HOME
+    PATH_SUFFIXES include)
+  find_library(${PREFIX}_LIBRARY NAMES ${LIBRARY} ${NAME} NAMES_PER_DIR
+    HINTS "${_torch_site}/nvidia/${NAME}/lib" ${CUDAToolkit_LIBRARY_DIR} ENV ${PREFIX}_HOME
+    PATH_SUFFIXES lib lib64)
+  if(NOT ${PREFIX}_INCLUDE_DIR OR NOT ${PREFIX}_LIBRARY)
+    message(FATAL_ERROR
+      "${TITLE} not found. Install the CUDA toolkit's ${TITLE} or set ${PREFIX}_HOME.")
+  endif()
+  add_library(${NAME}::${NAME} UNKNOWN IMPORTED)
+  set_target_properties(${NAME}::${NAME} PROPERTIES
+    IMPORTED_LOCATION "${${PREFIX}_LIBRARY}"
+    INTERFACE_INCLUDE_DIRECTORIES "${${PREFIX}_INCLUDE_DIR}")
+  message(STATUS "${TITLE}: ${${PREFIX}_LIBRARY}")
+endmacro()
+# NCCL for the gradient all-reduce; cuDNN for the batch norm fusions ATen does not call
+# (models/cuda/fused_batch_norm.cpp).
+find_torch_companion(NCCL nccl nccl.h libnccl.so.2 NCCL)
+find_torch_companion(CUDNN cudnn cudnn.h libcudnn.so.9 cuDNN)
 
 # LibTorch's include directory carries its own fmt (12.x) ahead of the system's; spdlog is built
 # against Debian's fmt (9.x). A directory holding only a link to the system fmt, searched first

@@ -10,6 +10,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 #include <utility>
 
 #include "base/check.h"
@@ -28,12 +29,14 @@
 namespace trainer {
 namespace {
 
-#define CUDNN_CHECK(expr)                                                                    \
-  do {                                                                                       \
-    const cudnnStatus_t status_ = (expr);                                                    \
-    if (status_ != CUDNN_STATUS_SUCCESS)                                                     \
-      throw std::runtime_error(::trainer::detail::concat(                                    \
-          __FILE__, ":", __LINE__, ": ", #expr, " failed: ", cudnnGetErrorString(status_))); \
+// A cuDNN call's failure with file:line, cuDNN's message and the way around it.
+#define CUDNN_CHECK(expr)                                                                  \
+  do {                                                                                     \
+    const cudnnStatus_t status_ = (expr);                                                  \
+    if (status_ != CUDNN_STATUS_SUCCESS)                                                   \
+      throw std::runtime_error(::trainer::detail::concat(                                  \
+          __FILE__, ":", __LINE__, ": ", #expr, " failed: ", cudnnGetErrorString(status_), \
+          ". Fix: fused_batch_norm = false runs ATen's batch norm instead"));              \
   } while (0)
 
 constexpr cudnnBatchNormMode_t kMode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
@@ -228,6 +231,17 @@ bool cudnn_runs(at::ScalarType dtype, int device_index, cudnnBatchNormOps_t ops)
   return status == CUDNN_STATUS_SUCCESS;
 }
 
+// cudnn_runs, with a descriptor cuDNN refuses (a dtype this GPU lacks, say) counted as a no.
+bool cudnn_accepts(at::ScalarType dtype, int device_index, cudnnBatchNormOps_t ops) {
+  try {
+    return cudnn_runs(dtype, device_index, ops);
+  } catch (const std::runtime_error& e) {
+    spdlog::debug("cuDNN batch norm ops {} in {}: {}", static_cast<int>(ops), c10::toString(dtype),
+                  e.what());
+    return false;
+  }
+}
+
 Path path_for(at::ScalarType dtype, int device_index) {
   static std::mutex mutex;
   static std::map<std::pair<int, at::ScalarType>, Path> paths;
@@ -235,10 +249,10 @@ Path path_for(at::ScalarType dtype, int device_index) {
   const auto key = std::make_pair(device_index, dtype);
   if (auto it = paths.find(key); it != paths.end()) return it->second;
   Path path = Path::kAten;
-  if (cudnn_runs(dtype, device_index, CUDNN_BATCHNORM_OPS_BN_ACTIVATION) &&
-      cudnn_runs(dtype, device_index, CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION))
+  if (cudnn_accepts(dtype, device_index, CUDNN_BATCHNORM_OPS_BN_ACTIVATION) &&
+      cudnn_accepts(dtype, device_index, CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION))
     path = Path::kFused;
-  else if (cudnn_runs(dtype, device_index, CUDNN_BATCHNORM_OPS_BN))
+  else if (cudnn_accepts(dtype, device_index, CUDNN_BATCHNORM_OPS_BN))
     path = Path::kCudnnBn;
   paths.emplace(key, path);
   return path;
