@@ -3,7 +3,8 @@
 # root, using the bundle that scripts/device-bundle.sh made on the build machine (no compiler,
 # packages or network needed there). Stages, in order (default: all):
 #   tests      the GPU tests (fused input kernel, fused batch norm against float64 and the whole
-#              ResNet against float32, fp16/bf16 steps in channels_last, loss scaling) and the gradient all-reduce over NCCL under `mpirun -np 1` (fp32/fp16/bf16 wire)
+#              ResNet against float32, fp16/bf16 steps in channels_last, loss scaling) and the
+#              gradient all-reduce over NCCL under `mpirun -np 1` (fp32/fp16/bf16 wire)
 #   overhead   the gradient path at world size one: `train --benchmark` alone against
 #              `mpirun -np 1 train --benchmark` (bucketing, hooks, NCCL), alternated, twice
 #   allreduce  bench-allreduce over NCCL

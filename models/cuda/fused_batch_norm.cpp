@@ -211,11 +211,12 @@ bool cudnn_runs(at::ScalarType dtype, int device_index, cudnnBatchNormOps_t ops)
                            .view({kN, kS, kS, kC})
                            .permute({0, 3, 1, 2})
                            .to(dtype);
-  const at::Tensor z = ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION ? x.flip({0}) : at::Tensor();
+  const at::Tensor z = ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION
+                           ? x.flip({0}).contiguous(at::MemoryFormat::ChannelsLast)
+                           : at::Tensor();
   const at::Tensor weight = at::ones({kC}, options), bias = at::zeros({kC}, options);
   const at::Tensor mean = at::zeros({kC}, options), var = at::ones({kC}, options);
-  const Forward f = cudnn_forward(x, z.defined() ? z.contiguous(at::MemoryFormat::ChannelsLast) : z,
-                                  weight, bias, mean, var, 0.1, 1e-5, ops);
+  const Forward f = cudnn_forward(x, z, weight, bias, mean, var, 0.1, 1e-5, ops);
   if (f.status != CUDNN_STATUS_SUCCESS) {
     spdlog::debug("cuDNN batch norm ops {} in {}: {}", static_cast<int>(ops), c10::toString(dtype),
                   cudnnGetErrorString(f.status));
