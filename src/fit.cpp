@@ -5,34 +5,27 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <functional>
+#include <utility>
 
 #include "base/bounded_wait.h"
 #include "base/check.h"
 #include "base/stop_signal.h"
 #include "data/sources/step_shares.h"
+#include "src/evaluation.h"
 #include "src/part_options.h"
-#include "src/report/class_accuracy.h"
-#include "src/report/input_preview.h"
 #include "src/report/interval_log.h"
 #include "src/report/process_stats.h"
 #include "src/run_start.h"
 #include "src/sources.h"
-#include "src/state/class_match.h"
-#include "src/state/weights.h"
 #include "src/train/lr_schedule.h"
 #include "src/train/step_profile.h"
 #include "src/train/weight_average.h"
 
 namespace trainer {
-namespace fs = std::filesystem;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Classes with the lowest top-1 that evaluate_only logs.
-constexpr size_t kWorstClassesLogged = 5;
 
 // After the run's first step (collective): how long it took from launch, on the slowest rank, and
 // what the ranks read to get there. `loss`: the step's, read so that the time includes the device.
@@ -80,28 +73,6 @@ int64_t steps_to_end(const Config& config, const Progress& at, int64_t samples_p
          (config.epochs - at.epoch - 1) * steps_left(samples_per_epoch, 0, global);
 }
 
-EvalResult run_eval(Trainer& trainer, BatchSource& val, int64_t epoch, int64_t step,
-                    MetricsLog& metrics) {
-  trainer.sync_buffers();
-  EvalResult r = trainer.evaluate(val);
-  MetricsLog::Fields fields = {{"epoch", epoch + 1},
-                               {"step", step},
-                               {"top1", r.top1()},
-                               {"top5", r.top5()},
-                               {"images", r.images}};
-  std::string ema_text;
-  if (trainer.has_ema()) {  // the average beside the weights, on the same images
-    const EvalResult ema = trainer.evaluate(val, /*ema=*/true);
-    ema_text = fmt::format(" | EMA top-1 {:.2f}% top-5 {:.2f}%", ema.top1(), ema.top5());
-    fields.emplace_back("ema_top1", ema.top1());
-    fields.emplace_back("ema_top5", ema.top5());
-  }
-  spdlog::info("eval epoch {} step {} | top-1 {:.2f}% | top-5 {:.2f}%{} | {} images", epoch + 1,
-               step, r.top1(), r.top5(), ema_text, r.images);
-  metrics.write("eval", fields);
-  return r;
-}
-
 // Note [A stop at any step]
 // A stop signal must be answered with a checkpoint before the launcher's SIGKILL (mpirun's
 // daemons send it odls_base_sigkill_timeout = 20 s after SIGTERM; a pod's grace period likewise),
@@ -112,26 +83,6 @@ EvalResult run_eval(Trainer& trainer, BatchSource& val, int64_t epoch, int64_t s
 // of one host integer), so reading it a step later costs nothing and never waits for the device;
 // every rank reads the same sums in the same order, so all stop at the same step: the one after
 // the signal's, or the one after that. A run that ends reads the last sum it started.
-
-// Rank 0, where TensorBoard is on: `count` images of `batch` as the model sees them.
-void write_preview(Trainer& trainer, const Batch& batch, const std::string& tag, int64_t step,
-                   MetricsLog& metrics) {
-  TensorBoardWriter* tensorboard = metrics.tensorboard();
-  if (!tensorboard || batch.labels.size(0) == 0) return;
-  constexpr int64_t kImages = 16, kColumns = 8;
-  const int64_t n = std::min(kImages, batch.labels.size(0));
-  at::NoGradGuard no_grad;
-  const Picture picture =
-      preview_grid(trainer.prepare_images(batch.images.narrow(0, 0, n)), batch.labels, n, kColumns);
-  tensorboard->image(tag, step, picture.png, picture.height, picture.width);
-}
-
-// The evaluation crops, once per run (rank 0, TensorBoard on): the first batch of `val`.
-void write_eval_preview(Trainer& trainer, BatchSource& val, int64_t step, MetricsLog& metrics) {
-  if (!metrics.tensorboard()) return;
-  val.start_epoch(0);
-  if (val.batches_left() > 0) write_preview(trainer, val.next_batch(), "input/eval", step, metrics);
-}
 
 // Note [Fixed global batch]
 // By default a step is one batch of every rank, so a resize changes the global batch and the
@@ -212,16 +163,12 @@ class TrainingLoop {
                                 config_.ema_every_steps * config_.images_per_step());
   }
 
-  // One optimisation step and what follows it: logs, evaluation, checkpoint. False when a stop
-  // signal ended training (after a checkpoint).
-  bool step() {
-    const int64_t epoch = at_.epoch, global = config_.images_per_step();
-    const int64_t step_images = step_samples(samples_, at_.samples_in_epoch, global);
-    const double lr = schedule_.at(epoch * samples_ + at_.samples_in_epoch, step_images);
-    trainer_.begin_step();
-    // Note [Fixed global batch]: the step's micro-batches, as the source deals them out.
+  // This rank's part of a step of `step_images`: its micro-batches' forward and backward, as the
+  // source deals them out (Note [Fixed global batch]). The sum of their losses weighted by their
+  // images, and those images.
+  std::pair<at::Tensor, int64_t> accumulate_micro_batches(int64_t step_images) {
     at::Tensor loss_sum = at::zeros({}, at::TensorOptions().device(trainer_.device()));
-    int64_t rows = 0;  // this rank's images of the step
+    int64_t rows = 0;
     for (int64_t taken = 0; taken < step_images;) {
       const int64_t micro_images =
           step_samples(samples_, at_.samples_in_epoch + taken, config_.images_per_micro_batch());
@@ -241,8 +188,19 @@ class TrainingLoop {
       const at::Tensor loss = trainer_.accumulate(batch, weight, taken == step_images);
       loss_sum += loss * static_cast<double>(micro_rows);
       rows += micro_rows;
-      if (trace_) trace_->write(epoch, at_.step, batch.ids);
+      if (trace_) trace_->write(at_.epoch, at_.step, batch.ids);
     }
+    return {loss_sum, rows};
+  }
+
+  // One optimisation step and what follows it: logs, evaluation, checkpoint. False when a stop
+  // signal ended training (after a checkpoint).
+  bool step() {
+    const int64_t epoch = at_.epoch, global = config_.images_per_step();
+    const int64_t step_images = step_samples(samples_, at_.samples_in_epoch, global);
+    const double lr = schedule_.at(epoch * samples_ + at_.samples_in_epoch, step_images);
+    trainer_.begin_step();
+    const auto [loss_sum, rows] = accumulate_micro_batches(step_images);
     trainer_.end_step(lr, ema_copies(epoch * samples_ + at_.samples_in_epoch));
     const at::Tensor loss = loss_sum / static_cast<double>(std::max<int64_t>(rows, 1));
     interval_.add(loss, rows, step_images);
@@ -381,39 +339,6 @@ class TrainingLoop {
 };
 
 }  // namespace
-
-EvalResult evaluate_only(Trainer& trainer, const Config& config, BatchSource& val,
-                         MetricsLog& metrics) {
-  const bool from_init = !config.init_weights.empty();
-  const fs::path path =
-      from_init ? fs::path(config.init_weights) : checkpoint_to_evaluate(config, trainer.group());
-  const std::string key = from_init ? "init_weights" : "resume";
-  const WeightsFile file = read_weights_file(path, key);
-  check_variant(file, config.blurpool, key, /*strict=*/true);
-  trainer.load_weights(file.tensors, key + " = '" + path.string() + "'",
-                       /*keep_new_classifier=*/false);
-  check_same_classes({file.classes, path.string()}, trainer.classes(), WeightsUse::kEvaluate);
-  spdlog::info("evaluating {} in {}", file.description, path.string());
-  if (trainer.is_rank0()) write_eval_preview(trainer, val, file.step, metrics);
-  const EvalResult r = trainer.evaluate(val, /*ema=*/false, /*per_class=*/true);
-  spdlog::info("evaluated {}: top-1 {:.2f}% | top-5 {:.2f}% | {} images", path.string(), r.top1(),
-               r.top5(), r.images);
-  // The names of the data, which the check above found equal to the weights' where both have them.
-  const std::vector<ClassName>& names =
-      trainer.classes().names.empty() ? file.classes : trainer.classes().names;
-  spdlog::info(
-      "lowest top-1 by class (index{}, top-1, right/images): {}",
-      names.empty() ? "" : ", synset (words)",
-      describe_classes(worst_classes(r.class_images, r.class_top1_correct, kWorstClassesLogged),
-                       names));
-  metrics.write("eval", {{"step", file.step},
-                         {"top1", r.top1()},
-                         {"top5", r.top5()},
-                         {"images", r.images},
-                         {"weights", path.string()}});
-  metrics.flush();
-  return r;
-}
 
 FitResult fit(Trainer& trainer, const Config& config, BatchSource& train, BatchSource* val,
               MetricsLog& metrics, SampleTrace* trace) {

@@ -1,5 +1,6 @@
 // The training loop: resume, epochs of steps at the scheduled learning rate, logs every N steps,
-// evaluation each epoch, checkpoints every N steps and at each epoch end, and a final evaluation.
+// evaluation each epoch (src/evaluation.h), checkpoints every N steps and at each epoch end, and
+// a final evaluation.
 #pragma once
 
 #include "data/sources/batch_source.h"
@@ -22,10 +23,5 @@ struct FitResult {
 // the newest checkpoint when resuming. `trace`, when given, records each step's sample ids.
 FitResult fit(Trainer& trainer, const Config& config, BatchSource& train, BatchSource* val,
               MetricsLog& metrics, SampleTrace* trace = nullptr);
-
-// Evaluates `val` once with the weights of init_weights, else of the checkpoint `resume` names
-// (FILE, or with auto the newest in output_dir), and records the result. Every rank loads them.
-EvalResult evaluate_only(Trainer& trainer, const Config& config, BatchSource& val,
-                         MetricsLog& metrics);
 
 }  // namespace trainer

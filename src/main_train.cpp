@@ -27,6 +27,7 @@
 #include "src/dist/process_group.h"
 #include "src/dist/watchdog.h"
 #include "src/environment.h"
+#include "src/evaluation.h"
 #include "src/fit.h"
 #include "src/part_options.h"
 #include "src/report/metrics_log.h"

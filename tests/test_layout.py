@@ -1,9 +1,12 @@
 """The layout shows the architecture, and the includes keep to it: base/ (what every layer uses)
 includes nothing of ours above it; models/ and data/ include nothing from src/; inside data/,
 formats < transforms < datasets < sources; no two units (a header and its source) include each
-other, however indirectly; and README's layout table names the folder of every source file."""
+other, however indirectly; README's layout table names the folder of every source file; and files
+and functions stay small."""
 import re
 from collections import defaultdict
+
+import lizard
 
 from conftest import ROOT
 
@@ -109,3 +112,23 @@ def test_readme_layout_table_names_every_source_folder():
     folders = {rel(p.parent) for p in sources()}
     assert folders - named == set(), "folders the layout table does not name"
     assert {f for f in named if not (ROOT / f).is_dir()} == set(), "named folders that do not exist"
+
+
+# Small files and functions, so that each reads at once: no source file over 400 lines, no
+# function over 60. A declarative table (one entry per config key) may be longer.
+MAX_FILE_LINES = 400
+MAX_FUNCTION_LINES = 60
+DECLARATIVE_TABLES = {("src/config.cpp", "trainer::add_options")}
+
+
+def test_no_source_file_is_over_400_lines():
+    long = [f"{rel(p)}: {n} lines" for p in sources()
+            if (n := len(p.read_text().splitlines())) > MAX_FILE_LINES]
+    assert long == []
+
+
+def test_no_function_is_over_60_lines():
+    long = [f"{rel(p)}:{fn.start_line} {fn.name}: {fn.length} lines"
+            for p in sources() for fn in lizard.analyze_file(str(p)).function_list
+            if fn.length > MAX_FUNCTION_LINES and (rel(p), fn.name) not in DECLARATIVE_TABLES]
+    assert long == []

@@ -123,11 +123,8 @@ void set_files(const std::vector<std::string>& inputs, const std::string& layout
               static_cast<long long>(o->label_offset));
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"Measures the TFRecord input pipeline alone (reading, decoding, augmenting)",
-               "bench-input"};
+// What bench-input is asked to measure.
+struct Args {
   std::vector<std::string> inputs, transforms = {"train", "val"};
   std::vector<int> threads = {1, 2};
   std::vector<std::string> policies = {"none"};  // the config's auto_augment values
@@ -136,13 +133,18 @@ int main(int argc, char** argv) {
   int64_t images = 2000, warmup = 1500;
   std::string layout = "auto", order = "global";
   int epochs = 0;
+};
+
+void add_options(CLI::App& app, Args& a) {
+  trainer::TFRecordSourceOptions& o = a.o;
   o.batch_size = 64;
   o.num_classes = 1000;
-  app.add_option("inputs", inputs, "TFRecord files, globs or folders")->required();
-  app.add_option("--threads", threads, "decode thread counts to try")->capture_default_str();
-  app.add_option("--transforms", transforms, "train and/or val")->capture_default_str();
-  app.add_option("--images", images, "images timed per measurement")->capture_default_str();
-  app.add_option("--warmup-images", warmup, "images decoded before timing")->capture_default_str();
+  app.add_option("inputs", a.inputs, "TFRecord files, globs or folders")->required();
+  app.add_option("--threads", a.threads, "decode thread counts to try")->capture_default_str();
+  app.add_option("--transforms", a.transforms, "train and/or val")->capture_default_str();
+  app.add_option("--images", a.images, "images timed per measurement")->capture_default_str();
+  app.add_option("--warmup-images", a.warmup, "images decoded before timing")
+      ->capture_default_str();
   app.add_option("--shuffle-buffer", o.shuffle_buffer, "shuffle buffer, records")
       ->capture_default_str();
   app.add_option("--batch-size", o.batch_size, "batch size")->capture_default_str();
@@ -150,7 +152,7 @@ int main(int argc, char** argv) {
   app.add_option("--val-resize", o.transform.val_resize, "eval shorter side")
       ->capture_default_str();
   app.add_option("--reader-threads", o.reader_threads, "reader threads")->capture_default_str();
-  app.add_option("--auto-augment", policies,
+  app.add_option("--auto-augment", a.policies,
                  "train: policies to try (none, trivialaugment_wide, randaugment, "
                  "autoaugment_imagenet)")
       ->capture_default_str();
@@ -160,43 +162,53 @@ int main(int argc, char** argv) {
   app.add_option("--randaugment-magnitude", o.transform.policy.randaugment_magnitude,
                  "randaugment: magnitude bin of 31")
       ->capture_default_str();
-  app.add_option("--random-erasing", erasing, "train: random-erasing probabilities to try")
+  app.add_option("--random-erasing", a.erasing, "train: random-erasing probabilities to try")
       ->capture_default_str();
   app.add_option("--num-classes", o.num_classes, "classes")->capture_default_str();
-  app.add_option("--record-layout", layout, "auto (from the first record) | tensorflow | tfds")
+  app.add_option("--record-layout", a.layout, "auto (from the first record) | tensorflow | tfds")
       ->capture_default_str();
   app.add_option("--label-offset", o.label_offset,
                  "stored label of class 0; -1: the layout's (tensorflow 1, tfds 0)")
       ->capture_default_str();
   app.add_option("--index-cache-dir", o.index_cache_dir, "index cache")->capture_default_str();
-  app.add_option("--epochs", epochs,
+  app.add_option("--epochs", a.epochs,
                  "instead of the table: this many whole training epochs of --rank, each with "
                  "the bytes read from storage (first --threads value)")
       ->capture_default_str();
   app.add_option("--rank", o.rank, "--epochs: the rank measured")->capture_default_str();
   app.add_option("--world-size", o.world_size, "--epochs: ranks in the job")->capture_default_str();
-  app.add_option("--epoch-order", order, "--epochs: global | by_node")->capture_default_str();
+  app.add_option("--epoch-order", a.order, "--epochs: global | by_node")->capture_default_str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Measures the TFRecord input pipeline alone (reading, decoding, augmenting)",
+               "bench-input"};
+  Args a;
+  add_options(app, a);
   return trainer::run_tool(app, argc, argv, [&] {
-    set_files(inputs, layout, &o);
-    if (epochs > 0) {
-      USER_CHECK(order == "global" || order == "by_node", "--epoch-order ", order,
-                 " is not an order. Fix: use global or by_node");
+    trainer::TFRecordSourceOptions& o = a.o;
+    set_files(a.inputs, a.layout, &o);
+    if (a.epochs > 0) {
+      USER_CHECK(a.order == "global" || a.order == "by_node", "--epoch-order ", a.order,
+                 " is not an a.order. Fix: use global or by_node");
       USER_CHECK(o.world_size >= 1 && o.rank >= 0 && o.rank < o.world_size, "--rank ", o.rank,
                  " of --world-size ", o.world_size, ". Fix: a rank in [0, world size)");
       o.epoch_order =
-          order == "by_node" ? trainer::EpochOrder::kByNode : trainer::EpochOrder::kGlobal;
-      run_epochs(o, epochs, threads.front());
+          a.order == "by_node" ? trainer::EpochOrder::kByNode : trainer::EpochOrder::kGlobal;
+      run_epochs(o, a.epochs, a.threads.front());
       return 0;
     }
     std::printf("%-6s %8s %-36s %12s %18s %16s\n", "mode", "threads", "augmentation", "images/s",
                 "images/s/thread", "images/cpu-s");
-    for (const auto& mode : transforms) {
+    for (const auto& mode : a.transforms) {
       USER_CHECK(mode == "train" || mode == "val", "--transforms takes train and/or val");
       o.training = mode == "train";
       // Evaluation never augments: one measurement per thread count.
-      for (const auto& policy : o.training ? policies : std::vector{"none"s})
-        for (double p : o.training ? erasing : std::vector{0.0})
-          for (int t : threads) run_row(o, mode, policy, p, t, images, warmup);
+      for (const auto& policy : o.training ? a.policies : std::vector{"none"s})
+        for (double p : o.training ? a.erasing : std::vector{0.0})
+          for (int t : a.threads) run_row(o, mode, policy, p, t, a.images, a.warmup);
     }
     return 0;
   });

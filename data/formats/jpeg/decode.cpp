@@ -167,6 +167,26 @@ void read_region_rows(jpeg_decompress_struct& cinfo, bool cmyk, uint8_t* row, Re
   }
 }
 
+// The columns [x0, x1) and rows [y0, y1) of the DCT-scaled image (its size set by
+// jpeg_start_decompress) that cover `crop` of the W x H image, and the scale factors.
+struct ScaledWindow {
+  double fx, fy;
+  int x0, x1, y0, y1;
+};
+ScaledWindow scaled_window(const jpeg_decompress_struct& cinfo, const CropRect& crop, int W,
+                           int H) {
+  ScaledWindow w;
+  w.fx = double(cinfo.output_width) / W;
+  w.fy = double(cinfo.output_height) / H;
+  w.x0 = static_cast<int>(std::floor(crop.x * w.fx));
+  w.x1 =
+      std::min<int>(cinfo.output_width, static_cast<int>(std::ceil((crop.x + crop.width) * w.fx)));
+  w.y0 = static_cast<int>(std::floor(crop.y * w.fy));
+  w.y1 = std::min<int>(cinfo.output_height,
+                       static_cast<int>(std::ceil((crop.y + crop.height) * w.fy)));
+  return w;
+}
+
 // Decodes the part of the JPEG covering `crop` (clipped to the image). Only POD locals live
 // across setjmp; the vectors are sized before any libjpeg call can jump.
 bool decode_jpeg_region(std::string_view data, const CropChooser& choose_crop, int out_w, int out_h,
@@ -202,14 +222,11 @@ bool decode_jpeg_region(std::string_view data, const CropChooser& choose_crop, i
   cinfo.dct_method = JDCT_IFAST;
   cinfo.do_fancy_upsampling = FALSE;
   jpeg_start_decompress(&cinfo);
-  const double fx = double(cinfo.output_width) / W, fy = double(cinfo.output_height) / H;
-  const int x0 = static_cast<int>(std::floor(crop.x * fx));
-  const int x1 =
-      std::min<int>(cinfo.output_width, static_cast<int>(std::ceil((crop.x + crop.width) * fx)));
-  const int y0 = static_cast<int>(std::floor(crop.y * fy));
-  const int y1 =
-      std::min<int>(cinfo.output_height, static_cast<int>(std::ceil((crop.y + crop.height) * fy)));
-  JDIMENSION xoffset = static_cast<JDIMENSION>(x0), width = static_cast<JDIMENSION>(x1 - x0);
+  const ScaledWindow window = scaled_window(cinfo, crop, W, H);
+  const double fx = window.fx, fy = window.fy;
+  const int y0 = window.y0, y1 = window.y1;
+  JDIMENSION xoffset = static_cast<JDIMENSION>(window.x0),
+             width = static_cast<JDIMENSION>(window.x1 - window.x0);
   if (width < cinfo.output_width) jpeg_crop_scanline(&cinfo, &xoffset, &width);  // to iMCU edges
   const int rw = static_cast<int>(cinfo.output_width);  // the cropped width after the call
   if (y0 > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(y0));
