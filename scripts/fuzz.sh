@@ -8,7 +8,7 @@
 # docs/configuration.md), and grows a working corpus in $TRAINER_CACHE/fuzz/<target> that later
 # runs go on from. An input that fails is written to build-fuzz/findings/<target>/; once fixed it
 # joins the seed corpus as regression-<what it broke>, which ctest's runs replay. Prints each
-# target's executions per second, CPU time and corpus size, also appended to
+# target's CPU time, executions (and their rate per CPU-second) and corpus size, also appended to
 # $TRAINER_CACHE/fuzz/runs.log, the record of every run.
 # FUZZ_BUILD=0 runs the targets as built before (e.g. a copy, while the sources change).
 #   scripts/fuzz.sh --check [TARGET...]
@@ -81,7 +81,12 @@ for target in "${targets[@]}"; do
   if [ $failed = 1 ]; then status=1; fi
   grep -E "^stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)|ERROR|SUMMARY" "$log" >&2 || true
   inputs=$(find "$corpus" -type f | wc -l)
-  summary="$(date -u +%FT%TZ) $target $(cat "$findings/cpu.txt"), $(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -n 1) exec/s, corpus $inputs inputs"
+  # The inputs run: libFuzzer's final statistic, or under -fork (which prints none) the count on
+  # the parent's last progress line; per CPU-second, the rate a budget buys.
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
+  [ -n "$execs" ] || execs=$(grep -oE '^#[0-9]+' "$log" | tail -n 1 | tr -d '#')
+  cpu=$(awk '{printf "%d", $2 + $6}' "$findings/cpu.txt")
+  summary="$(date -u +%FT%TZ) $target $(cat "$findings/cpu.txt"), ${execs:-0} executions ($(( ${execs:-0} / (cpu > 0 ? cpu : 1) )) per CPU-second), corpus $inputs inputs"
   if [ $check = 1 ]; then
     echo "$summary" >&2
     if [ $failed = 1 ]; then tail -n 40 "$log" >&2; fi

@@ -40,6 +40,19 @@ host_ccache=${CCACHE_DIR:-$host_cache/ccache}
 if [ -d "$host_ccache" ]; then
   args+=(--build-arg "TRAINER_CACHE=$host_cache" --build-arg "CCACHE_DIR=/host-ccache"
     --volume "$host_ccache:/host-ccache")
+  # The host's venv too, at its own path: the build stage's set-up finds the torch wheel there
+  # (setup.sh --build installs into it only what it lacks) instead of downloading and unpacking
+  # its 3.5 GB again, and the stage copies the wheel's libraries from it. With it the Python it
+  # was made from, where that lies outside /usr (pyenv's, say), read-only.
+  venv=$host_cache/venv
+  if [ -x "$venv/bin/python" ]; then
+    args+=(--build-arg HOST_VENV=1 --volume "$venv:$venv")
+    python_home=$(sed -n 's/^home = //p' "$venv/pyvenv.cfg")
+    case $python_home in
+      /usr/bin | /bin) ;;
+      *) args+=(--volume "$(dirname "$python_home"):$(dirname "$python_home"):ro") ;;
+    esac
+  fi
 fi
 echo "+ export CONTAINERS_CONF=$CONTAINERS_CONF" >&2
 start=$SECONDS
