@@ -30,9 +30,11 @@ targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   read -r -a targets < <(sed -n 's/^set(FUZZ_TARGETS \(.*\))$/\1/p' "$root/tests/fuzz/CMakeLists.txt")
 fi
-if ! command -v clang++ >/dev/null; then
-  echo "fuzz.sh: installing clang (Debian's)" >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q clang >&2
+# clang and its sanitizers' run-time libraries (a separate package, which clang only recommends).
+if ! command -v clang++ >/dev/null ||
+  [ ! -f "$(clang++ -print-runtime-dir)/libclang_rt.asan-x86_64.a" ]; then
+  echo "fuzz.sh: installing clang and its sanitizer run-time (Debian's)" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q clang libclang-rt-14-dev >&2
 fi
 build=${BUILD_DIR:-$root/build-fuzz}
 if [ "${FUZZ_BUILD:-1}" != 0 ]; then  # FUZZ_BUILD=0: run the targets as built before

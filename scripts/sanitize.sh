@@ -24,9 +24,11 @@ if [ "${1:-}" = pytest ]; then
   pytest=1
   shift
 fi
-if ! command -v clang++ >/dev/null; then
-  echo "sanitize.sh: installing clang (Debian's)" >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q clang >&2
+# clang and its sanitizers' run-time libraries (a separate package, which clang only recommends).
+if ! command -v clang++ >/dev/null ||
+  [ ! -f "$(clang++ -print-runtime-dir)/libclang_rt.asan-x86_64.a" ]; then
+  echo "sanitize.sh: installing clang and its sanitizer run-time (Debian's)" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q clang libclang-rt-14-dev >&2
 fi
 build=${BUILD_DIR:-$root/build-$kind}
 targets=(trainer_tests data_tests class_names_tests)
