@@ -87,8 +87,8 @@ for target in "${targets[@]}"; do
   # the parent's last progress line; per CPU-second, the rate a budget buys.
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
   [ -n "$execs" ] || execs=$(grep -oE '^#[0-9]+' "$log" | tail -n 1 | tr -d '#')
-  cpu=$(awk '{printf "%d", $2 + $6}' "$findings/cpu.txt")
-  summary="$(date -u +%FT%TZ) $target $(cat "$findings/cpu.txt"), ${execs:-0} executions ($(( ${execs:-0} / (cpu > 0 ? cpu : 1) )) per CPU-second), corpus $inputs inputs"
+  rate=$(awk -v n="${execs:-0}" '{c = $2 + $6; printf "%d", (c > 0 ? n / c : 0)}' "$findings/cpu.txt")
+  summary="$(date -u +%FT%TZ) $target $(cat "$findings/cpu.txt"), ${execs:-0} executions ($rate per CPU-second), corpus $inputs inputs"
   if [ $check = 1 ]; then
     echo "$summary" >&2
     if [ $failed = 1 ]; then tail -n 40 "$log" >&2; fi
