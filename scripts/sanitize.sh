@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Builds the project with clang under sanitizers into build-KIND/ and runs its CPU tests there:
-#   scripts/sanitize.sh asan          the C++ test programs under AddressSanitizer +
-#                                     UndefinedBehaviorSanitizer
-#   scripts/sanitize.sh tsan          the same under ThreadSanitizer
+#   scripts/sanitize.sh asan [CTEST ARGS]
+#                                     ctest's tests under AddressSanitizer +
+#                                     UndefinedBehaviorSanitizer: the C++ test programs, the
+#                                     multi-rank ones under mpirun and torchrun, the fuzz
+#                                     corpora's replays
+#   scripts/sanitize.sh tsan [CTEST ARGS]   the same under ThreadSanitizer
 #   scripts/sanitize.sh KIND pytest [PYTEST ARGS]
 #                                     train and the tools built alike, and the pytest tests that
 #                                     run them (default: tests/ without tests/deploy/, whose image
 #                                     builds its own binaries); every report a sanitized process
 #                                     writes fails the run, whatever the test made of its exit
-# Other arguments go to each C++ program (e.g. --gtest_filter='TFRecord*'). Suppressions, each for
-# third-party code and explained: tests/sanitizers/.
+# CTEST ARGS choose tests, e.g. -R 'TFRecord|distributed'. Suppressions, each for third-party
+# code and explained: tests/sanitizers/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 kind=${1:-asan}
@@ -31,10 +34,8 @@ if ! command -v clang++ >/dev/null ||
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q clang libclang-rt-14-dev >&2
 fi
 build=${BUILD_DIR:-$root/build-$kind}
-targets=(trainer_tests data_tests class_names_tests)
-if [ $pytest = 1 ]; then targets=(); fi  # everything: train, the tools, the parity programs
-CC=clang CXX=clang++ BUILD_DIR="$build" TRAINER_SANITIZE=$flags \
-  "$root/scripts/build.sh" "${targets[@]}"
+# Everything: the test programs, train, the tools, the parity programs.
+CC=clang CXX=clang++ BUILD_DIR="$build" TRAINER_SANITIZE=$flags "$root/scripts/build.sh"
 supp=$root/tests/sanitizers
 export ASAN_OPTIONS="abort_on_error=1:suppressions=$supp/asan.supp"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp"
@@ -53,6 +54,8 @@ if [ $pytest = 1 ]; then
   for var in ASAN_OPTIONS UBSAN_OPTIONS TSAN_OPTIONS; do
     export "$var=${!var}:log_path=$reports/${var%%_*}"
   done
+  # The suppressions LeakSanitizer used would otherwise be written there too, as a report.
+  export LSAN_OPTIONS="$LSAN_OPTIONS:print_suppressions=0"
   python=$("$root/scripts/setup.sh" | tail -n 1)
   [ $# -gt 0 ] || set -- "$root/tests" --ignore="$root/tests/deploy"
   status=0
@@ -66,9 +69,4 @@ if [ $pytest = 1 ]; then
   exit $status
 fi
 
-status=0
-for program in data_tests class_names_tests trainer_tests; do
-  echo "== $program under $kind" >&2
-  "$build/tests/$program" "$@" || status=1
-done
-exit $status
+ctest --test-dir "$build" --output-on-failure "$@"
