@@ -23,13 +23,13 @@ namespace trainer {
 namespace {
 
 // Note [Open MPI under LeakSanitizer]
-// Open MPI leaks by design: what its components allocate as MPI_Init_thread loads them, and what
-// MPI_Finalize drops without freeing. Those allocations are made from components it has
-// unloaded by the time the leak check runs at exit, so the reports name no module that a
-// suppression could match. In a sanitizer build the leak check of a rank under mpirun therefore
-// skips what MPI_Init_thread allocates on this thread, and runs before MPI_Finalize instead of at
-// exit: by then every object of ours is gone, so our leaks are still reported, and Open MPI's
-// run-time allocations come from loaded libraries that tests/sanitizers/lsan.supp names.
+// Open MPI does not free what its components allocate as MPI_Init_thread loads them, nor what
+// MPI_Finalize drops. Many of those allocations were made by components it has unloaded by the
+// time the leak check runs at exit, so their reports name no module a suppression could match. In a
+// sanitizer build the leak check of a rank under mpirun therefore skips what MPI_Init_thread
+// allocates on this thread, and runs before MPI_Finalize instead of at exit: by then every object
+// of ours is gone, so our leaks are still reported, and what Open MPI has lost while running comes
+// from libraries still loaded, which tests/sanitizers/lsan.supp can name (PMIx's).
 #ifdef TRAINER_LEAK_CHECK
 using IgnoreLeaksOfThisThread = __lsan::ScopedDisabler;
 void check_leaks_now() { __lsan_do_leak_check(); }
