@@ -8,6 +8,9 @@
 #   overhead   the gradient path at world size one: `train --benchmark` alone against
 #              `mpirun -np 1 train --benchmark` (bucketing, hooks, NCCL), alternated, twice
 #   allreduce  bench-allreduce over NCCL
+#   graph      the step as a CUDA graph (cuda_graph) against the eager step: `train --benchmark`
+#              at batch 32 and 256, fp16 and bf16, alternated, alone and under `mpirun -np 1`
+#              (the gradient all-reduce recorded in the graph)
 #   train      scripts/bench-train.sh: this trainer, fused batch norm on and off, next to PyTorch
 #              eager and compiled (fp16, bf16; COMPILE_MODE passes through)
 #   pipeline   TFRecords into the GPU: generated ImageNet-sized JPEGs as TFRecords, bench-input on
@@ -21,7 +24,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(tests overhead allreduce train pipeline recipes techniques)
+[ ${#stages[@]} -gt 0 ] || stages=(tests graph overhead allreduce train pipeline recipes techniques)
 out=${OUT:-/tmp/device-out}
 mkdir -p "$out"
 exec > >(tee -a "$out/device-checks.log") 2>&1
@@ -59,6 +62,22 @@ for stage in "${stages[@]}"; do
         "${benchmark[@]}" 2>&1 | grep 'benchmark '
         echo "-- run $run: mpirun -np 1 (gradient buckets, NCCL)"
         mpirun -np 1 "${benchmark[@]}" 2>&1 | grep -E 'benchmark |NCCL'
+      done
+      ;;
+    graph)
+      for precision in fp16 bf16; do
+        for batch in 32 256; do
+          for graph in false true false true; do
+            echo "-- $precision batch $batch cuda_graph $graph"
+            "${benchmark[@]}" --precision "$precision" --batch_size "$batch" --cuda_graph "$graph" \
+              2>&1 | grep -E 'benchmark |CUDA graph|error'
+          done
+        done
+      done
+      for graph in false true; do
+        echo "-- mpirun -np 1, fp16 batch 32, cuda_graph $graph"
+        mpirun -np 1 "${benchmark[@]}" --batch_size 32 --cuda_graph "$graph" 2>&1 |
+          grep -E 'benchmark |CUDA graph|error'
       done
       ;;
     allreduce) mpirun -np 1 bench-allreduce ;;

@@ -89,6 +89,8 @@ void add_options(CLI::App& app, Config& c) {
   add("Device", "cudnn_benchmark", c.cudnn_benchmark, "cuDNN algorithm autotuning");
   add("Device", "fused_batch_norm", c.fused_batch_norm,
       "cuDNN's fused BN+ReLU and BN+add+ReLU on the GPU (fp16/bf16, channels_last)");
+  add("Device", "cuda_graph", c.cuda_graph,
+      "the step's forward, backward and all-reduce replayed as one CUDA graph (GPU)");
   add_choice("Data", "data_source", c.data_source, "synthetic | generated | tfrecord");
   add("Data", "batch_size", c.batch_size,
       "images per GPU and step; with global_batch, the most per micro-batch");

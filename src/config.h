@@ -66,6 +66,9 @@ struct Config {
   // (fp16/bf16, channels_last, training); false: ATen's separate ops
   // (models/cuda/fused_batch_norm.h).
   bool fused_batch_norm = true;
+  // The training step's forward, backward and gradient all-reduce recorded once as a CUDA graph
+  // and replayed each step (src/train/step_graph.h); ignored on the CPU.
+  bool cuda_graph = false;
 
   // Data.
   DataSource data_source = DataSource::kSynthetic;  // synthetic | generated (in memory) | tfrecord

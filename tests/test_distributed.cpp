@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <thread>
 
 #include "base/check.h"
@@ -177,6 +178,46 @@ TEST(Distributed, GpuAllReduceIsTheMeanOfPerRankGradients) {
             << "parameter " << i << " step " << step << " wire " << wire;
       }
     }
+  }
+  at::globalContext().setDeterministicCuDNN(false);
+}
+
+// The step as a CUDA graph with the gradient all-reduce recorded in it (NCCL), under a running
+// collective watchdog as in `train`: every rank's losses and weights are those of the eager step
+// over warm-up, capture and replays, within a small part of how far training moved them.
+TEST(Distributed, GpuCudaGraphStepMatchesEagerStep) {
+  const bool has_gpu = torch::cuda::is_available() &&
+                       torch::cuda::device_count() >= static_cast<int64_t>(g_group->local_size());
+  if (g_group->sum(has_gpu ? 0 : 1) > 0) GTEST_SKIP() << "needs one CUDA device per rank";
+  const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(g_group->local_rank()));
+  c10::cuda::CUDAGuard device_guard(device);
+  if (!g_group->uses_nccl()) g_group->init_nccl(device);
+  at::globalContext().setDeterministicCuDNN(true);
+  Watchdog watchdog(*g_group, std::chrono::seconds(60), device);
+  Config c = dist_config();
+  c.precision = Precision::kFp16;
+  c.device = DeviceChoice::kCuda;
+  validate_config(c);
+  TrainerOptions options = trainer_options(c);
+  Trainer eager(options, device, g_group);
+  options.cuda_graph = true;
+  Trainer graphed(options, device, g_group);
+  const auto initial = eager.model()->named_parameters();
+  std::map<std::string, at::Tensor> start;
+  for (const auto& item : initial) start[item.key()] = item.value().detach().clone();
+  for (int step = 0; step < 7; ++step) {
+    const Batch batch = batch_for(step * g_group->size() + g_group->rank());
+    const double expected = eager.train_step(batch, 0.1).item<double>();
+    const double loss = graphed.train_step(batch, 0.1).item<double>();
+    EXPECT_NEAR(loss, expected, 1e-3 * std::abs(expected) + 1e-5) << "step " << step;
+  }
+  EXPECT_EQ(graphed.graph_replays(), 4);  // steps 4 to 7
+  auto want = eager.model()->named_parameters();
+  for (const auto& item : graphed.model()->named_parameters()) {
+    const at::Tensor& expected = want[item.key()];
+    const double moved = (expected - start[item.key()]).abs().max().item<double>();
+    const double difference = (item.value() - expected).abs().max().item<double>();
+    EXPECT_LE(difference, 1e-3 * moved + 1e-7) << item.key() << " moved " << moved;
   }
   at::globalContext().setDeterministicCuDNN(false);
 }

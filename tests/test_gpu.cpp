@@ -1,12 +1,16 @@
 // GPU paths: the normalisation kernel against the CPU reference, bf16 and fp16 training steps in
-// channels_last, and fp16 loss scaling on real overflow. Skipped, with the reason, without a GPU.
+// channels_last, fp16 loss scaling on real overflow, and the step as a CUDA graph against the
+// eager step. Skipped, with the reason, without a GPU.
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
+#include <iostream>
+
 #include "data/transforms/device_input.h"
 #include "src/part_options.h"
 #include "src/sources.h"
+#include "src/state/checkpoint.h"
 #include "src/train/trainer.h"
 
 namespace trainer {
@@ -80,6 +84,64 @@ TEST_F(Gpu, Fp16OverflowSkipsStepsAndHalvesTheScale) {
   trainer.train_step(sources.train->next_batch(), 0.1);
   EXPECT_TRUE(torch::equal(trainer.model()->named_parameters()["conv1.weight"], before));
   EXPECT_EQ(trainer.loss_scaler().scale_value(), static_cast<double>(1e30f) * 0.5);
+}
+
+// The step recorded as a CUDA graph computes what the eager step does, through warm-up, capture,
+// replays and a short batch between them (run eagerly), with MixUp or loss scaling on: the same
+// loss at every step, and weights and BN statistics that differ by a small part of how far
+// training moved them. Deterministic cuDNN, so both trainers run the same algorithms.
+void expect_graph_matches_eager(Precision precision, double mixup_alpha) {
+  Config c = gpu_config(precision);
+  c.mixup_alpha = mixup_alpha;
+  const bool deterministic = at::globalContext().deterministicCuDNN();
+  const bool benchmark = at::globalContext().benchmarkCuDNN();
+  at::globalContext().setDeterministicCuDNN(true);
+  at::globalContext().setBenchmarkCuDNN(false);
+  const torch::Device device(torch::kCUDA, 0);
+  Sources sources = make_sources(c, device);
+  TrainerOptions options = trainer_options(c);
+  Trainer eager(options, device);
+  options.cuda_graph = true;
+  Trainer graphed(options, device);
+  const TensorMap initial = state_dict(*eager.model());
+
+  std::vector<Batch> batches;  // 5 full, a short one, 3 full
+  sources.train->start_epoch(0);
+  for (int i = 0; i < 8; ++i) batches.push_back(sources.train->next_batch());
+  const Batch& full = batches[4];
+  batches.insert(batches.begin() + 5,
+                 Batch{full.images.narrow(0, 0, 20), full.labels.narrow(0, 0, 20), at::Tensor()});
+  for (size_t step = 0; step < batches.size(); ++step) {
+    const double expected = eager.train_step(batches[step], 0.05).item<double>();
+    const double loss = graphed.train_step(batches[step], 0.05).item<double>();
+    EXPECT_NEAR(loss, expected, 1e-3 * std::abs(expected) + 1e-5) << "step " << step;
+  }
+  EXPECT_EQ(graphed.graph_captures(), 1);
+  EXPECT_EQ(graphed.graph_replays(), 5);  // full steps 4 to 8: the short one ran eagerly
+  EXPECT_EQ(eager.graph_replays(), 0);
+
+  const TensorMap want = state_dict(*eager.model()), got = state_dict(*graphed.model());
+  double max_difference = 0;
+  for (const auto& [name, tensor] : want) {
+    if (!tensor.is_floating_point()) {
+      EXPECT_TRUE(torch::equal(got.at(name), tensor)) << name;
+      continue;
+    }
+    const double moved = (tensor - initial.at(name)).abs().max().item<double>();
+    const double difference = (got.at(name) - tensor).abs().max().item<double>();
+    max_difference = std::max(max_difference, difference);
+    EXPECT_LE(difference, 1e-3 * moved + 1e-7) << name << " moved " << moved;
+  }
+  std::cout << name_of(precision) << ": largest difference, graph against eager: " << max_difference
+            << "\n";
+  at::globalContext().setDeterministicCuDNN(deterministic);
+  at::globalContext().setBenchmarkCuDNN(benchmark);
+}
+
+TEST_F(Gpu, CudaGraphStepMatchesEagerStepFp16) { expect_graph_matches_eager(Precision::kFp16, 0); }
+
+TEST_F(Gpu, CudaGraphStepMatchesEagerStepBf16WithMixup) {
+  expect_graph_matches_eager(Precision::kBf16, 0.2);
 }
 
 }  // namespace

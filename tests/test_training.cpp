@@ -447,5 +447,32 @@ TEST(Weights, FilesOverTheSizeLimitAreRefusedBeforeReading) {
   EXPECT_NE(error.find(checkpoint.string()), std::string::npos) << error;
 }
 
+// When the step is recorded as a CUDA graph (the schedule is host logic, the same on any
+// device): after 3 eager steps of one shape; the recorded shape then replays; a short last step
+// (seen once) runs eagerly without losing the graph; a new image size that lasts (progressive
+// resizing) is recorded after its own warm-up; a different loss weight is a different step.
+TEST(Training, CudaGraphRecordsAShapeAfterItsWarmUpAndKeepsItThroughOneOffSteps) {
+  using Action = CaptureSchedule::Action;
+  auto shape = [](int64_t batch, int64_t size, double weight = 1.0) {
+    return StepShape::of(torch::empty({batch, 3, size, size}), torch::empty({batch}, torch::kLong),
+                         weight);
+  };
+  CaptureSchedule schedule(3);
+  std::vector<Action> actions;
+  for (int i = 0; i < 5; ++i) actions.push_back(schedule.next(shape(32, 160)));
+  actions.push_back(schedule.next(shape(20, 160)));       // a short last step
+  actions.push_back(schedule.next(shape(32, 160)));       // the next epoch
+  actions.push_back(schedule.next(shape(32, 160, 0.5)));  // the same images, another weight
+  for (int i = 0; i < 5; ++i) actions.push_back(schedule.next(shape(32, 192)));  // a new size
+  actions.push_back(schedule.next(shape(32, 160)));  // the old size: no longer recorded
+  const std::vector<Action> expected = {
+      Action::kEager, Action::kEager,   Action::kEager,  Action::kCapture, Action::kReplay,
+      Action::kEager, Action::kReplay,  Action::kEager,  Action::kEager,   Action::kEager,
+      Action::kEager, Action::kCapture, Action::kReplay, Action::kEager};
+  ASSERT_EQ(actions.size(), expected.size());
+  for (size_t i = 0; i < actions.size(); ++i)
+    EXPECT_EQ(static_cast<int>(actions[i]), static_cast<int>(expected[i])) << "step " << i;
+}
+
 }  // namespace
 }  // namespace trainer

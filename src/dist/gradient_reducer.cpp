@@ -1,6 +1,7 @@
 #include "src/dist/gradient_reducer.h"
 
 #include <ATen/ATen.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 
 #include <algorithm>
@@ -157,7 +158,12 @@ void GradientReducer::launch(Bucket& bucket, int64_t index) {
   group_.allreduce_sum_(bucket.buffer, comm_stream_->stream());
   if (postdivide) bucket.buffer.mul_(scale);
   bucket.done->record(*comm_stream_);
-  if (CollectiveWatch* watchdog = group_.watchdog())
+  // A stream being recorded into a CUDA graph has nothing to time yet: the trainer has the
+  // watchdog time each replay (Note [The step as a CUDA graph]).
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  C10_CUDA_CHECK(cudaStreamIsCapturing(comm_stream_->stream(), &capture));
+  CollectiveWatch* watchdog = group_.watchdog();
+  if (watchdog && capture == cudaStreamCaptureStatusNone)
     watchdog->watch_stream("allreduce of gradient bucket " + std::to_string(index), *comm_stream_);
 }
 

@@ -97,6 +97,8 @@ Trainer::Trainer(const TrainerOptions& options, c10::Device device, ProcessGroup
     broadcast_from_rank0(model_->buffers(), *group_, "the broadcast of rank 0's BN statistics");
     reducer_ = std::make_unique<GradientReducer>(tensors_of(trained), *group_, options.reducer);
   }
+  if (device.is_cuda() && options.cuda_graph)
+    graph_ = std::make_unique<StepGraph>(device, tensors_of(trained));
   if (options.ema_decay > 0) {
     ResNet average = build_model(options);
     average->to(device);
@@ -131,6 +133,11 @@ at::Tensor Trainer::forward_backward(const Batch& batch, double loss_weight) {
   // (N, 3, H, W) images; targets: (N) class indices, or (N, classes) probabilities when mixed.
   const auto [images, targets] =
       mix(prepare_images(batch.images), batch.labels.to(device_, /*non_blocking=*/true));
+  return forward_backward(images, targets, loss_weight);
+}
+
+at::Tensor Trainer::forward_backward(const at::Tensor& images, const at::Tensor& targets,
+                                     double loss_weight) {
   at::Tensor loss;
   {
     const StepPhase phase("forward");
@@ -160,15 +167,40 @@ void Trainer::begin_step() {
   if (step_start_) step_start_->record();
   if (reducer_) reducer_->prepare_step();
   micro_batch_ = 0;
+  reduced_ = false;
 }
 
 at::Tensor Trainer::accumulate(const Batch& batch, double loss_weight, bool last) {
   if (reducer_) reducer_->set_accumulating(!last);
   const bool empty = batch.labels.size(0) == 0;
   TORCH_INTERNAL_ASSERT(!empty || reducer_, "an empty batch only happens with several ranks");
-  at::Tensor loss = empty ? at::zeros({}, at::TensorOptions().device(device_))
-                          : forward_backward(batch, loss_weight);
+  at::Tensor loss;
+  if (empty)
+    loss = at::zeros({}, at::TensorOptions().device(device_));
+  else if (graph_ && micro_batch_ == 0 && last)  // a step of one micro-batch
+    loss = graphed_step(batch, loss_weight);
+  else
+    loss = forward_backward(batch, loss_weight);
   ++micro_batch_;
+  return loss;
+}
+
+at::Tensor Trainer::graphed_step(const Batch& batch, double loss_weight) {
+  const auto [images, targets] =
+      mix(prepare_images(batch.images), batch.labels.to(device_, /*non_blocking=*/true));
+  const int64_t replays = graph_->replays();
+  at::Tensor loss = graph_->run(images, targets, loss_weight,
+                                [&](const at::Tensor& step_images, const at::Tensor& step_targets) {
+                                  at::Tensor mean =
+                                      forward_backward(step_images, step_targets, loss_weight);
+                                  if (reducer_) reducer_->finish_step();
+                                  return mean;
+                                });
+  reduced_ = true;
+  CollectiveWatch* watchdog = group_ ? group_->watchdog() : nullptr;
+  if (reducer_ && watchdog && graph_->replays() > replays)  // its all-reduces, in the replay
+    watchdog->watch_stream("the step's CUDA graph (forward, backward, gradient all-reduce)",
+                           c10::cuda::getCurrentCUDAStream(device_.index()));
   return loss;
 }
 
@@ -179,7 +211,7 @@ void Trainer::end_step(double lr, bool ema_copies) {
           .count();
   // Averaged gradients: every rank unscales the same values, finds the same overflow and skips
   // the same steps, so the replicas never diverge.
-  if (reducer_) {
+  if (reducer_ && !reduced_) {
     const StepPhase phase("gradient all-reduce");
     reducer_->finish_step();
   }

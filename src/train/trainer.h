@@ -25,6 +25,7 @@
 #include "src/train/loss.h"
 #include "src/train/loss_scaler.h"
 #include "src/train/optimizer.h"
+#include "src/train/step_graph.h"
 #include "src/train/step_profile.h"
 #include "src/train/weight_average.h"
 
@@ -49,6 +50,7 @@ struct TrainerOptions {
   uint64_t seed = 42;  // the initial weights, and each batch's MixUp/CutMix draw
   std::optional<at::ScalarType> autocast_dtype;  // kHalf / kBFloat16: mixed precision; none: fp32
   bool channels_last = true;                     // NHWC weights and activations (GPU only)
+  bool cuda_graph = false;  // the step as a CUDA graph on the GPU (Note [The step as a CUDA graph])
   bool classifier_only = false;  // a linear probe: only fc trains, the rest (BN too) stays frozen
   OptimizerOptions optimizer;
   ReducerOptions reducer;  // with a launched group
@@ -121,6 +123,9 @@ class Trainer {
   bool load_weights(const TensorMap& weights, const std::string& source, bool keep_new_classifier);
 
   ResNet& model() { return model_; }
+  // Steps run by replaying a CUDA graph (cuda_graph), and the graphs recorded.
+  int64_t graph_replays() const { return graph_ ? graph_->replays() : 0; }
+  int64_t graph_captures() const { return graph_ ? graph_->captures() : 0; }
   // The model's architecture as checkpoints name it: "resnet50", "resnet50-blurpool".
   std::string architecture() const;
   // The class names of the data this run trains or evaluates on, as its checkpoints keep them.
@@ -133,6 +138,10 @@ class Trainer {
  private:
   // Forward and scaled backward of a non-empty batch; returns its mean loss (detached).
   at::Tensor forward_backward(const Batch& batch, double loss_weight);
+  at::Tensor forward_backward(const at::Tensor& images, const at::Tensor& targets,
+                              double loss_weight);
+  // A step of one micro-batch through graph_: forward, backward and the gradient all-reduce.
+  at::Tensor graphed_step(const Batch& batch, double loss_weight);
   // The batch's images and targets after MixUp or CutMix (class indices when both are off).
   std::pair<at::Tensor, at::Tensor> mix(const at::Tensor& images, const at::Tensor& labels);
   // Training mode for the layers that train: a linear probe keeps the frozen layers' batch norm
@@ -154,6 +163,8 @@ class Trainer {
   LossOptions loss_;
   MixingOptions mixing_;
   int64_t micro_batch_ = 0;             // micro-batches of this step so far (the mixing draw)
+  std::unique_ptr<StepGraph> graph_;    // with cuda_graph on the GPU
+  bool reduced_ = false;                // this step's gradients are averaged already (graph_)
   std::unique_ptr<WeightAverage> ema_;  // with ema_decay or ema_half_life_images set
   // Start of forward / end of backward of the last step: compute time per rank, for stragglers.
   std::optional<at::cuda::CUDAEvent> step_start_, step_backward_done_;

@@ -1,0 +1,149 @@
+#include "src/train/step_graph.h"
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <spdlog/spdlog.h>
+
+#include "base/user_error.h"
+
+namespace trainer {
+
+// Note [The step as a CUDA graph]
+// A ResNet-50 step launches some 600 kernels, and at a small per-GPU batch (what a fixed global
+// batch gives on many GPUs) the host launching them takes longer than the GPU running them. A
+// CUDA graph records the launches once and replays them with one call, as MLPerf's ResNet-50 and
+// PyTorch's whole-network capture do. What it records and what stays eager:
+// - Recorded: forward, loss, the scaled backward, the gradient buckets' copies and all-reduces
+//   (NCCL records into graphs) and the averaged gradients. Host code in there runs only while
+//   capturing: the gradient hooks, the buckets' bookkeeping. The graph reads its inputs from
+//   static buffers, which each step fills, and writes the loss and the gradients where it did
+//   when captured: a replay hands those gradients back to the parameters as their .grad.
+// - Eager around it: the input's copy and normalisation, MixUp/CutMix (drawn on the host), the
+//   optimizer and the loss scaler (a handful of fused kernels that read the learning rate from
+//   the host each step), the EMA.
+// - Eager instead of it: micro-batch accumulation and every step of a shape seen fewer than
+//   `warmup_steps` times in a row (a short last step, the first steps at a new image size).
+// Capture follows warm-up steps of the same shape, which leave cuDNN's autotuning cached and the
+// libraries' per-stream workspaces made, on a side stream as CUDA requires (never the default
+// stream). One graph is kept: a new shape's capture frees the last one's memory pool, so
+// progressive resizing holds one step's activations at a time. Capture is thread-local: the
+// collective watchdog goes on querying the events of earlier steps from its own thread, and the
+// gradient reducer does not ask it to watch a stream being captured (a captured event cannot be
+// queried); the trainer has it watch each replay instead.
+
+StepShape StepShape::of(const at::Tensor& images, const at::Tensor& targets, double weight) {
+  return {images.sizes().vec(), targets.sizes().vec(), images.scalar_type(), targets.scalar_type(),
+          weight};
+}
+
+bool StepShape::operator==(const StepShape& other) const {
+  return images == other.images && targets == other.targets && images_dtype == other.images_dtype &&
+         targets_dtype == other.targets_dtype && weight == other.weight;
+}
+
+CaptureSchedule::Action CaptureSchedule::next(const StepShape& shape) {
+  if (recorded_ && *recorded_ == shape) return Action::kReplay;
+  if (warming_ && *warming_ == shape) {
+    ++warm_steps_;
+  } else {
+    warming_ = shape;
+    warm_steps_ = 1;
+  }
+  if (warm_steps_ <= warmup_steps_) return Action::kEager;
+  recorded_ = shape;
+  return Action::kCapture;
+}
+
+StepGraph::StepGraph(c10::Device device, std::vector<at::Tensor> params, int64_t warmup_steps)
+    : device_(device),
+      params_(std::move(params)),
+      side_stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index())),
+      schedule_(warmup_steps) {
+  TORCH_INTERNAL_ASSERT(device.is_cuda(), "a CUDA graph needs a CUDA device");
+}
+
+StepGraph::~StepGraph() = default;
+
+at::Tensor StepGraph::run(const at::Tensor& images, const at::Tensor& targets, double weight,
+                          const Body& body) {
+  switch (schedule_.next(StepShape::of(images, targets, weight))) {
+    case CaptureSchedule::Action::kEager:
+      return run_eager(images, targets, body);
+    case CaptureSchedule::Action::kCapture:
+      capture(images, targets, body);
+      return replay(images, targets);
+    case CaptureSchedule::Action::kReplay:
+      return replay(images, targets);
+  }
+  TORCH_INTERNAL_ASSERT(false, "unreachable");
+}
+
+// The side stream starts after all the current stream has queued, and the current stream goes on
+// after the side stream's work: tensors made on either are safe to use and free on the other.
+namespace {
+void order_after(const c10::cuda::CUDAStream& first, const c10::cuda::CUDAStream& then) {
+  at::cuda::CUDAEvent event;
+  event.record(first);
+  event.block(then);
+}
+}  // namespace
+
+at::Tensor StepGraph::run_eager(const at::Tensor& images, const at::Tensor& targets,
+                                const Body& body) {
+  const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device_.index());
+  order_after(current, side_stream_);
+  at::Tensor loss;
+  {
+    const c10::cuda::CUDAStreamGuard guard(side_stream_);
+    loss = body(images, targets);
+  }
+  order_after(side_stream_, current);
+  return loss;
+}
+
+void StepGraph::capture(const at::Tensor& images, const at::Tensor& targets, const Body& body) {
+  // The last shape's graph and the memory it holds go first.
+  static_grads_.clear();
+  static_loss_ = at::Tensor();
+  graph_.reset();
+  static_images_ = images.clone();  // the same layout (channels_last stays)
+  static_targets_ = targets.clone();
+  const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device_.index());
+  order_after(current, side_stream_);
+  auto graph = std::make_unique<at::cuda::CUDAGraph>();
+  {
+    const c10::cuda::CUDAStreamGuard guard(side_stream_);
+    graph->capture_begin(/*pool=*/{0, 0}, cudaStreamCaptureModeThreadLocal);
+    try {
+      static_loss_ = body(static_images_, static_targets_);
+    } catch (const std::exception& e) {
+      try {
+        graph->capture_end();            // ends the capture and the allocations into its pool
+      } catch (const std::exception&) {  // the capture was invalidated: nothing to keep
+      }
+      throw UserError(
+          detail::concat("the training step could not be recorded as a CUDA graph: ", e.what(),
+                         "\nFix: cuda_graph = false (the step runs eagerly, as before)"));
+    }
+    graph->capture_end();
+  }
+  order_after(side_stream_, current);
+  for (const at::Tensor& p : params_) static_grads_.push_back(p.grad());
+  graph_ = std::move(graph);
+  ++captures_;
+  spdlog::info("training step recorded as a CUDA graph: images {}, targets {}",
+               c10::str(images.sizes()), c10::str(targets.sizes()));
+}
+
+at::Tensor StepGraph::replay(const at::Tensor& images, const at::Tensor& targets) {
+  TORCH_INTERNAL_ASSERT(graph_, "a replay without a recorded step");
+  static_images_.copy_(images, /*non_blocking=*/true);
+  static_targets_.copy_(targets, /*non_blocking=*/true);
+  graph_->replay();
+  for (size_t i = 0; i < params_.size(); ++i) params_[i].mutable_grad() = static_grads_[i];
+  ++replays_;
+  return static_loss_.clone();  // the next replay overwrites static_loss_
+}
+
+}  // namespace trainer

@@ -1,0 +1,88 @@
+// The training step's forward, backward and gradient all-reduce as one CUDA graph: some 600
+// kernel launches (and the all-reduce's) replayed by one call, so that a step at a small per-GPU
+// batch is no longer bound by the host launching kernels (Note [The step as a CUDA graph]).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/core/Device.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace trainer {
+
+// What a recorded step depends on besides its inputs' values: their shapes and dtypes, and the
+// loss weight (a constant in the recording).
+struct StepShape {
+  std::vector<int64_t> images, targets;
+  at::ScalarType images_dtype, targets_dtype;
+  double weight;
+  static StepShape of(const at::Tensor& images, const at::Tensor& targets, double weight);
+  bool operator==(const StepShape& other) const;
+};
+
+// When a step is recorded: after `warmup_steps` eager steps of one shape in a row. A recorded
+// shape replays; any other runs eagerly, and a new shape that lasts is recorded in place of the
+// old one (progressive resizing), while a shape seen once (a short last step) is not.
+class CaptureSchedule {
+ public:
+  enum class Action { kEager, kCapture, kReplay };
+  explicit CaptureSchedule(int64_t warmup_steps) : warmup_steps_(warmup_steps) {}
+  Action next(const StepShape& shape);  // what to do with a step of `shape`, counting it
+
+ private:
+  int64_t warmup_steps_;
+  std::optional<StepShape> warming_;  // the shape of the last eager steps
+  int64_t warm_steps_ = 0;            // eager steps of `warming_` in a row
+  std::optional<StepShape> recorded_;
+};
+
+class StepGraph {
+ public:
+  // The step's work on prepared inputs: forward, scaled backward, gradients averaged and set as
+  // the parameters' .grad; returns the mean loss (0-dim, device). Run eagerly, or captured.
+  using Body = std::function<at::Tensor(const at::Tensor& images, const at::Tensor& targets)>;
+
+  // `params`: the parameters whose .grad the body sets (the ones the optimizer updates).
+  // `warmup_steps`: eager steps of one input shape before it is captured (cuDNN's autotuning,
+  // the libraries' per-stream workspaces).
+  StepGraph(c10::Device device, std::vector<at::Tensor> params, int64_t warmup_steps = 3);
+  ~StepGraph();
+  StepGraph(const StepGraph&) = delete;
+  StepGraph& operator=(const StepGraph&) = delete;
+
+  // One step of `body` on `images` and `targets` (device tensors), on the current stream: by
+  // replaying the graph captured for their shapes, by capturing it, or eagerly while a shape
+  // warms up or is seen only once. `weight` (the step's loss weight) is part of what was
+  // captured. Returns the mean loss, a tensor of its own.
+  at::Tensor run(const at::Tensor& images, const at::Tensor& targets, double weight,
+                 const Body& body);
+
+  int64_t replays() const { return replays_; }  // steps run by replaying a graph
+  int64_t captures() const { return captures_; }
+
+ private:
+  at::Tensor run_eager(const at::Tensor& images, const at::Tensor& targets, const Body& body);
+  void capture(const at::Tensor& images, const at::Tensor& targets, const Body& body);
+  at::Tensor replay(const at::Tensor& images, const at::Tensor& targets);
+
+  c10::Device device_;
+  std::vector<at::Tensor> params_;
+  c10::cuda::CUDAStream side_stream_;  // warm-up and capture: never the default stream
+  CaptureSchedule schedule_;
+  // The captured step. Members below the graph are destroyed first: its memory pool outlives
+  // the tensors it holds.
+  std::unique_ptr<at::cuda::CUDAGraph> graph_;
+  at::Tensor static_images_, static_targets_;  // what the graph reads
+  at::Tensor static_loss_;                     // what it writes
+  std::vector<at::Tensor> static_grads_;       // .grad of each parameter as captured
+  int64_t replays_ = 0;
+  int64_t captures_ = 0;
+};
+
+}  // namespace trainer
