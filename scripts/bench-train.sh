@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Training throughput on synthetic data: this trainer, with its step as a CUDA graph and without,
-# and with its fused batch norm and without, next to PyTorch eager and compiled (torchvision's model, same batch, precision and memory format,
-# fused SGD), in one command on one device.
+# Training throughput on synthetic data: this trainer, its step as a CUDA graph, eager, and eager
+# without its fused batch norm, next to PyTorch eager and compiled (torchvision's model, same
+# batch, precision and memory format, fused SGD), in one command on one device. Ends with the
+# figures as a row of docs/BENCHMARKS.md's table.
 #   scripts/bench-train.sh [PRECISION] [BATCH]      e.g. scripts/bench-train.sh fp16 256
 # COMPILE_MODE picks torch.compile's mode (default max-autotune: CUDA graphs and autotuned
 # kernels, its fastest for this model and the slowest to compile; reduce-overhead: graphs only).
@@ -14,15 +15,34 @@ python=${PYTHON:-python3}
 build_dir=${BUILD_DIR:-$root/build}
 compile_mode=${COMPILE_MODE:-max-autotune}
 
-set -x
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-# This trainer: the step as a CUDA graph, then eager, then eager without the fused batch norm.
-for variant in "true true" "true false" "false false"; do
-  read -r fused graph <<<"$variant"
-  "$build_dir/train" --config "$root/configs/one-gpu.toml" --data_source synthetic \
-    --benchmark true --precision "$precision" --batch_size "$batch" --num_classes 1000 \
-    --fused_batch_norm "$fused" --cuda_graph "$graph" --output_dir "${TMPDIR:-/tmp}/bench-train"
-done
-"$python" "$root/scripts/bench_pytorch.py" --precision "$precision" --batch-size "$batch"
-"$python" "$root/scripts/bench_pytorch.py" --precision "$precision" --batch-size "$batch" --compile \
-  --compile-mode "$compile_mode"
+# Runs a benchmark, its output to stderr, and prints its "images/s median-ms" (from "... 6971.2
+# images/s, step median 36.72 ms ..."), or nothing when it failed (the table says so).
+measure() {
+  echo "+ $*" >&2
+  { "$@" 2>&1 || echo "failed: exit $?"; } | tee /dev/stderr |
+    sed -nE 's/.*: ([0-9.]+) images\/s, step median ([0-9.]+) ms.*/\1 \2/p' | tail -1
+}
+trainer=("$build_dir/train" --config "$root/configs/one-gpu.toml" --data_source synthetic
+  --benchmark true --precision "$precision" --batch_size "$batch" --num_classes 1000
+  --output_dir "${TMPDIR:-/tmp}/bench-train")
+pytorch=("$python" "$root/scripts/bench_pytorch.py" --precision "$precision" --batch-size "$batch")
+# This trainer: the step as a CUDA graph, eagerly, and eagerly without the fused batch norm.
+graph=$(measure "${trainer[@]}" --cuda_graph true)
+eager=$(measure "${trainer[@]}" --cuda_graph false)
+unfused=$(measure "${trainer[@]}" --cuda_graph false --fused_batch_norm false)
+torch_eager=$(measure "${pytorch[@]}")
+compiled=$(measure "${pytorch[@]}" --compile --compile-mode "$compile_mode")
+# The table row of docs/BENCHMARKS.md: images/s (median step ms), the ratio of the better of this
+# trainer's steps to compiled PyTorch.
+awk -v p="$precision" -v b="$batch" -v m="$compile_mode" -v g="$graph" -v e="$eager" \
+  -v u="$unfused" -v t="$torch_eager" -v c="$compiled" 'function cell(x, f) {
+    split(x, f, " "); return x == "" ? "failed" : sprintf("%d (%.1f ms)", f[1], f[2]) }
+  BEGIN {
+    split(g, G, " "); split(e, E, " "); split(c, C, " ")
+    best = G[1] > E[1] ? G[1] : E[1]
+    print "| precision | batch | this trainer, CUDA graph | this trainer, eager | eager, unfused BN | PyTorch eager | PyTorch compiled (" m ") | ratio to compiled |"
+    print "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", p, b, cell(g), cell(e), cell(u), cell(t),
+      cell(c), (C[1] > 0 && best > 0 ? sprintf("%.2f", best / C[1]) : "-")
+  }'

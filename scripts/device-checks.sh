@@ -11,8 +11,9 @@
 #   graph      the step as a CUDA graph (cuda_graph) against the eager step: `train --benchmark`
 #              at batch 32 and 256, fp16 and bf16, alternated, alone and under `mpirun -np 1`
 #              (the gradient all-reduce recorded in the graph)
-#   train      scripts/bench-train.sh: this trainer, fused batch norm on and off, next to PyTorch
-#              eager and compiled (fp16, bf16; COMPILE_MODE passes through)
+#   train      scripts/bench-train.sh: this trainer (CUDA graph, eager, unfused batch norm) next to
+#              PyTorch eager and compiled, fp16 and bf16 at batch 256 and 32, each ending in its
+#              table row (COMPILE_MODE passes through; max-autotune compiles for minutes a run)
 #   pipeline   TFRecords into the GPU: generated ImageNet-sized JPEGs as TFRecords, bench-input on
 #              one core and on all, then ResNet-50 (fp16) trained on them for 3 epochs
 #   recipes    every configs/recipes/*.toml in benchmark mode (synthetic data, its precision, batch
@@ -83,7 +84,9 @@ for stage in "${stages[@]}"; do
     allreduce) mpirun -np 1 bench-allreduce ;;
     train)
       for precision in fp16 bf16; do
-        BUILD_DIR=$bundle/bin PYTHON=python3 "$root/scripts/bench-train.sh" "$precision" 256
+        for batch in 256 32; do
+          BUILD_DIR=$bundle/bin PYTHON=python3 "$root/scripts/bench-train.sh" "$precision" "$batch"
+        done
       done
       ;;
     pipeline)
