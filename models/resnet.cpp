@@ -111,6 +111,10 @@ int resnet_depth_from_name(const std::string& arch) {
                   "'; allowed: resnet18, resnet34, resnet50, resnet101, resnet152");
 }
 
+namespace {
+constexpr int64_t kStemStride = 2, kStemPadding = 3;  // of the stem's 7x7 convolution
+}  // namespace
+
 ResNetImpl::ResNetImpl(const ResNetOptions& options) : options_(options) {
   auto spec_it = depth_specs().find(options.depth);
   USER_CHECK(spec_it != depth_specs().end(), "ResNet depth ", options.depth,
@@ -118,8 +122,10 @@ ResNetImpl::ResNetImpl(const ResNetOptions& options) : options_(options) {
   USER_CHECK(options.num_classes > 0, "num_classes must be positive, got ", options.num_classes);
   const DepthSpec& spec = spec_it->second;
 
-  conv1 = register_module("conv1",
-                          nn::Conv2d(nn::Conv2dOptions(3, 64, 7).stride(2).padding(3).bias(false)));
+  conv1 = register_module(
+      "conv1",
+      nn::Conv2d(
+          nn::Conv2dOptions(3, 64, 7).stride(kStemStride).padding(kStemPadding).bias(false)));
   bn1 = register_module("bn1", nn::BatchNorm2d(64));
   int64_t channels = 64;
   const std::array<int64_t, 4> widths = {64, 128, 256, 512};
@@ -195,8 +201,19 @@ void ResNetImpl::initialize_weights() {
   }
 }
 
+torch::Tensor ResNetImpl::stem_convolution(const torch::Tensor& x) {
+  if (!options_.pad_stem_input || x.size(1) != 3) return conv1(x);
+  // Pads dimension 1 (channels) by one at the end; the layouts stay channels_last if they were.
+  const std::vector<int64_t> one_more_channel = {0, 0, 0, 0, 0, 1};
+  const torch::Tensor input =
+      at::constant_pad_nd(x, one_more_channel).contiguous(x.suggest_memory_format());
+  const torch::Tensor weight = at::constant_pad_nd(conv1->weight, one_more_channel)
+                                   .contiguous(conv1->weight.suggest_memory_format());
+  return at::conv2d(input, weight, /*bias=*/{}, /*stride=*/kStemStride, /*padding=*/kStemPadding);
+}
+
 torch::Tensor ResNetImpl::forward(torch::Tensor x) {
-  x = batch_norm_act(*bn1, conv1(x), {}, /*relu=*/true, options_.fused_batch_norm);
+  x = batch_norm_act(*bn1, stem_convolution(x), {}, /*relu=*/true, options_.fused_batch_norm);
   x = torch::max_pool2d(x, /*kernel_size=*/3, /*stride=*/2, /*padding=*/1);
   x = layer4->forward(layer3->forward(layer2->forward(layer1->forward(x))));
   x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);  // (N, C)

@@ -36,6 +36,10 @@ struct ResNetOptions {
   // On the GPU, each BN with the ReLU and residual add after it as cuDNN's fused kernels
   // (models/cuda/fused_batch_norm.h); the same ATen ops wherever cuDNN has no fusion.
   bool fused_batch_norm = false;
+  // The stem's convolution reads the image as 4 channels, the 4th zero, with a zero 4th input
+  // channel of its weight (the parameter stays torchvision's 3): cuDNN's NHWC convolutions want
+  // channel counts divisible by 4, and MLPerf's ResNet-50 pads its input so. The same outputs.
+  bool pad_stem_input = false;
 };
 
 // The blur BlurPool puts before a strided convolution; the filter is made once per device, dtype
@@ -97,6 +101,7 @@ class ResNetImpl : public torch::nn::Module {
   template <typename Block>
   torch::nn::Sequential make_stage(int64_t& in_channels, int64_t width, int blocks, int64_t stride);
   void initialize_weights();
+  torch::Tensor stem_convolution(const torch::Tensor& x);  // conv1, padded or not
 
   ResNetOptions options_;
   torch::nn::Conv2d conv1{nullptr};

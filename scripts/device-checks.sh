@@ -10,7 +10,7 @@
 #   allreduce  bench-allreduce over NCCL
 #   graph      the step as a CUDA graph (cuda_graph) against the eager step: `train --benchmark`
 #              at batch 32 and 256, fp16 and bf16, alternated, alone and under `mpirun -np 1`
-#              (the gradient all-reduce recorded in the graph)
+#              (the gradient all-reduce recorded in the graph); pad_stem_input off and on
 #   train      scripts/bench-train.sh: this trainer (CUDA graph, eager, unfused batch norm) next to
 #              PyTorch eager and compiled, fp16 and bf16 at batch 256 and 32, each ending in its
 #              table row (COMPILE_MODE passes through; max-autotune compiles for minutes a run)
@@ -74,6 +74,10 @@ for stage in "${stages[@]}"; do
               2>&1 | grep -E 'benchmark |CUDA graph|error'
           done
         done
+      done
+      for pad in false true false true; do
+        echo "-- fp16 batch 256 pad_stem_input $pad"
+        "${benchmark[@]}" --pad_stem_input "$pad" 2>&1 | grep -E 'benchmark |error'
       done
       for graph in false true; do
         echo "-- mpirun -np 1, fp16 batch 32, cuda_graph $graph"

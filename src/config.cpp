@@ -91,6 +91,8 @@ void add_options(CLI::App& app, Config& c) {
       "cuDNN's fused BN+ReLU and BN+add+ReLU on the GPU (fp16/bf16, channels_last)");
   add("Device", "cuda_graph", c.cuda_graph,
       "the step's forward, backward and all-reduce replayed as one CUDA graph (GPU)");
+  add("Device", "pad_stem_input", c.pad_stem_input,
+      "the stem convolution reads 4 channels, the 4th zero (cuDNN's NHWC kernels)");
   add_choice("Data", "data_source", c.data_source, "synthetic | generated | tfrecord");
   add("Data", "batch_size", c.batch_size,
       "images per GPU and step; with global_batch, the most per micro-batch");

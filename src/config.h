@@ -69,6 +69,8 @@ struct Config {
   // The training step's forward, backward and gradient all-reduce recorded once as a CUDA graph
   // and replayed each step (src/train/step_graph.h); ignored on the CPU.
   bool cuda_graph = false;
+  // The stem's convolution on 4 input channels, the 4th zero (models/resnet.h); same results.
+  bool pad_stem_input = false;
 
   // Data.
   DataSource data_source = DataSource::kSynthetic;  // synthetic | generated (in memory) | tfrecord

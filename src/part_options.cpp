@@ -60,6 +60,7 @@ TrainerOptions trainer_options(const Config& c) {
   o.autocast_dtype = autocast_dtype(c.precision);
   o.channels_last = c.channels_last;
   o.cuda_graph = c.cuda_graph;
+  o.model.pad_stem_input = c.pad_stem_input;
   o.classifier_only = c.trainable == Trainable::kClassifier;
   o.optimizer = {c.optimizer,    c.momentum,          c.nesterov,
                  c.weight_decay, c.decay_bn_and_bias, c.lars_eta};
