@@ -20,7 +20,9 @@
 #              and techniques)
 #   techniques the recipes' techniques on the GPU: `train --benchmark` (bf16) with each one on
 #              against none, then the smoke run in fp16 with all of them on (EMA evaluated)
-# Usage: scripts/device-checks.sh [STAGE ...]
+# Usage: [TRAIN_ARGS="--cuda_graph true"] scripts/device-checks.sh [STAGE ...]
+# TRAIN_ARGS: keys added to every run of `train` in the recipes, techniques and pipeline stages
+# (e.g. every recipe with the step as a CUDA graph).
 # Output goes to the terminal and to $OUT/device-checks.log (OUT defaults to /tmp/device-out).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -48,6 +50,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 
 echo "== $(date -u +%F) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+read -r -a train_args <<<"${TRAIN_ARGS:-}"
 benchmark=(train --config "$root/configs/one-gpu.toml" --data_source synthetic --benchmark true
   --num_classes 1000 --output_dir "${TMPDIR:-/tmp}/device-bench")
 for stage in "${stages[@]}"; do
@@ -103,7 +106,8 @@ for stage in "${stages[@]}"; do
       train --config "$root/configs/one-gpu.toml" --data_source tfrecord --num_classes 10 \
         --train_data "$data/train-*" --val_data "$data/validation-*" --epochs 3 \
         --warmup_epochs 1 --log_every_steps 5 --output_dir "${TMPDIR:-/tmp}/device-pipeline" \
-        --index_cache_dir "${TMPDIR:-/tmp}/device-index" 2>&1 | grep -E 'img/s|eval|final|error'
+        --index_cache_dir "${TMPDIR:-/tmp}/device-index" "${train_args[@]}" 2>&1 |
+        grep -E 'CUDA graph|img/s|eval|final|error'
       cp "${TMPDIR:-/tmp}/device-pipeline/metrics.jsonl" "$out/pipeline-metrics.jsonl"  # input waits
       echo "-- the same with every technique on: progressive resizing 160 -> 224 with FixRes,"
       echo "   TrivialAugmentWide and erasing, MixUp/CutMix, EMA, BlurPool"
@@ -113,8 +117,8 @@ for stage in "${stages[@]}"; do
         --index_cache_dir "${TMPDIR:-/tmp}/device-index" --progressive_resize_min_size 160 \
         --progressive_resize_max_size 224 --progressive_resize_end_epoch 2 --val_image_size 224 \
         --auto_augment trivialaugment_wide --random_erasing 0.25 --mixup_alpha 0.2 \
-        --cutmix_alpha 1.0 --ema_decay 0.99 --blurpool true 2>&1 |
-        grep -E 'img/s|crop|eval|final|error'
+        --cutmix_alpha 1.0 --ema_decay 0.99 --blurpool true "${train_args[@]}" 2>&1 |
+        grep -E 'CUDA graph|img/s|crop|eval|final|error'
       ;;
     recipes)
       for recipe in "$root"/configs/recipes/*.toml; do
@@ -123,7 +127,8 @@ for stage in "${stages[@]}"; do
         train --config "$recipe" --data_source synthetic --benchmark true --device cuda \
           --auto_augment none --random_erasing 0 --epoch_order global --repeated_augmentation 1 \
           --train_crop random_resized --target_top1 0 \
-          --output_dir "${TMPDIR:-/tmp}/device-recipes" 2>&1 | grep -E 'batch norm in|benchmark |error'
+          --output_dir "${TMPDIR:-/tmp}/device-recipes" "${train_args[@]}" 2>&1 |
+          grep -E 'batch norm in|CUDA graph|benchmark |error'
       done
       ;;
     techniques)
@@ -131,12 +136,14 @@ for stage in "${stages[@]}"; do
         "--blurpool true" "--loss bce"; do
         echo "-- ${technique:-no technique}"
         # shellcheck disable=SC2086  # the technique's keys and values, split
-        "${benchmark[@]}" --precision bf16 $technique 2>&1 | grep 'benchmark '
+        "${benchmark[@]}" --precision bf16 $technique "${train_args[@]}" 2>&1 |
+          grep -E 'CUDA graph|benchmark |error'
       done
       echo "-- smoke run, fp16, every technique on"
       train --config "$root/configs/smoke.toml" --device cuda --precision fp16 --mixup_alpha 0.2 \
         --cutmix_alpha 1.0 --loss bce --blurpool true --ema_half_life_images 2000 \
-        --output_dir "${TMPDIR:-/tmp}/device-smoke" 2>&1 | grep -E 'eval|final|error'
+        --output_dir "${TMPDIR:-/tmp}/device-smoke" "${train_args[@]}" 2>&1 |
+        grep -E 'CUDA graph|eval|final|error'
       ;;
     *) echo "unknown stage $stage (tests, overhead, allreduce, train, pipeline, recipes, techniques)" >&2 && exit 2 ;;
   esac
