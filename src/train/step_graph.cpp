@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/util/Exception.h>
 #include <spdlog/spdlog.h>
 
 #include "base/user_error.h"
@@ -79,14 +80,29 @@ at::Tensor StepGraph::run(const at::Tensor& images, const at::Tensor& targets, d
   TORCH_INTERNAL_ASSERT(false, "unreachable");
 }
 
-// The side stream starts after all the current stream has queued, and the current stream goes on
-// after the side stream's work: tensors made on either are safe to use and free on the other.
 namespace {
+
+// Orders `then` after all `first` has queued. Ordered both ways around each side-stream section,
+// tensors made on either stream are safe to use and free on the other.
 void order_after(const c10::cuda::CUDAStream& first, const c10::cuda::CUDAStream& then) {
   at::cuda::CUDAEvent event;
   event.record(first);
   event.block(then);
 }
+
+// Ends a capture whose step threw, and the allocations into its pool, and says so with what threw
+// (without LibTorch's backtrace).
+[[noreturn]] void abandon_capture(at::cuda::CUDAGraph& graph, const std::exception& error) {
+  try {
+    graph.capture_end();
+  } catch (const std::exception&) {  // the capture was invalidated: nothing to keep
+  }
+  const auto* torch_error = dynamic_cast<const c10::Error*>(&error);
+  throw UserError(detail::concat("the training step could not be recorded as a CUDA graph: ",
+                                 torch_error ? torch_error->what_without_backtrace() : error.what(),
+                                 "\nFix: cuda_graph = false (the step runs eagerly, as before)"));
+}
+
 }  // namespace
 
 at::Tensor StepGraph::run_eager(const at::Tensor& images, const at::Tensor& targets,
@@ -118,13 +134,7 @@ void StepGraph::capture(const at::Tensor& images, const at::Tensor& targets, con
     try {
       static_loss_ = body(static_images_, static_targets_);
     } catch (const std::exception& e) {
-      try {
-        graph->capture_end();            // ends the capture and the allocations into its pool
-      } catch (const std::exception&) {  // the capture was invalidated: nothing to keep
-      }
-      throw UserError(
-          detail::concat("the training step could not be recorded as a CUDA graph: ", e.what(),
-                         "\nFix: cuda_graph = false (the step runs eagerly, as before)"));
+      abandon_capture(*graph, e);
     }
     graph->capture_end();
   }
