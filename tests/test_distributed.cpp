@@ -10,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "base/check.h"
@@ -143,16 +144,26 @@ TEST(Distributed, BucketsFollowBackwardOrderWithASmallLastBucket) {
   }
 }
 
+// This rank's GPU, with the group's NCCL communicator made on it; none when any rank of the node
+// has no GPU of its own (every rank then skips alike, so no collective is left waiting).
+std::optional<torch::Device> rank_gpu_with_nccl() {
+  const bool has_gpu = torch::cuda::is_available() &&
+                       torch::cuda::device_count() >= static_cast<int64_t>(g_group->local_size());
+  if (g_group->sum(has_gpu ? 0 : 1) > 0) return std::nullopt;
+  const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(g_group->local_rank()));
+  const c10::cuda::CUDAGuard device_guard(device);
+  if (!g_group->uses_nccl()) g_group->init_nccl(device);
+  return device;
+}
+
 // The NCCL path: hooks on the autograd engine's device thread, the communication stream and its
 // events, gradients as bucket views, and fp16/bf16 on the wire. Needs a GPU for every rank of the
 // node (skips otherwise, on every rank alike so no collective is left waiting).
 TEST(Distributed, GpuAllReduceIsTheMeanOfPerRankGradients) {
-  const bool has_gpu = torch::cuda::is_available() &&
-                       torch::cuda::device_count() >= static_cast<int64_t>(g_group->local_size());
-  if (g_group->sum(has_gpu ? 0 : 1) > 0) GTEST_SKIP() << "needs one CUDA device per rank";
-  const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(g_group->local_rank()));
+  const std::optional<torch::Device> gpu = rank_gpu_with_nccl();
+  if (!gpu) GTEST_SKIP() << "needs one CUDA device per rank";
+  const torch::Device device = *gpu;
   c10::cuda::CUDAGuard device_guard(device);
-  if (!g_group->uses_nccl()) g_group->init_nccl(device);
   // Deterministic kernels: each rank's gradient here equals the one computed for it below.
   at::globalContext().setDeterministicCuDNN(true);
   const int ranks = g_group->size();
@@ -186,12 +197,10 @@ TEST(Distributed, GpuAllReduceIsTheMeanOfPerRankGradients) {
 // collective watchdog as in `train`: every rank's losses and weights are those of the eager step
 // over warm-up, capture and replays, within a small part of how far training moved them.
 TEST(Distributed, GpuCudaGraphStepMatchesEagerStep) {
-  const bool has_gpu = torch::cuda::is_available() &&
-                       torch::cuda::device_count() >= static_cast<int64_t>(g_group->local_size());
-  if (g_group->sum(has_gpu ? 0 : 1) > 0) GTEST_SKIP() << "needs one CUDA device per rank";
-  const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(g_group->local_rank()));
+  const std::optional<torch::Device> gpu = rank_gpu_with_nccl();
+  if (!gpu) GTEST_SKIP() << "needs one CUDA device per rank";
+  const torch::Device device = *gpu;
   c10::cuda::CUDAGuard device_guard(device);
-  if (!g_group->uses_nccl()) g_group->init_nccl(device);
   at::globalContext().setDeterministicCuDNN(true);
   Watchdog watchdog(*g_group, std::chrono::seconds(60), device);
   Config c = dist_config();

@@ -129,10 +129,12 @@ std::pair<at::Tensor, at::Tensor> Trainer::mix(const at::Tensor& images, const a
   return apply_mix(draw, images, one_hot_targets(labels, options_.model.num_classes));
 }
 
+std::pair<at::Tensor, at::Tensor> Trainer::step_inputs(const Batch& batch) {
+  return mix(prepare_images(batch.images), batch.labels.to(device_, /*non_blocking=*/true));
+}
+
 at::Tensor Trainer::forward_backward(const Batch& batch, double loss_weight) {
-  // (N, 3, H, W) images; targets: (N) class indices, or (N, classes) probabilities when mixed.
-  const auto [images, targets] =
-      mix(prepare_images(batch.images), batch.labels.to(device_, /*non_blocking=*/true));
+  const auto [images, targets] = step_inputs(batch);
   return forward_backward(images, targets, loss_weight);
 }
 
@@ -186,8 +188,7 @@ at::Tensor Trainer::accumulate(const Batch& batch, double loss_weight, bool last
 }
 
 at::Tensor Trainer::graphed_step(const Batch& batch, double loss_weight) {
-  const auto [images, targets] =
-      mix(prepare_images(batch.images), batch.labels.to(device_, /*non_blocking=*/true));
+  const auto [images, targets] = step_inputs(batch);
   const int64_t replays = graph_->replays();
   at::Tensor loss = graph_->run(images, targets, loss_weight,
                                 [&](const at::Tensor& step_images, const at::Tensor& step_targets) {

@@ -144,6 +144,9 @@ class Trainer {
   at::Tensor graphed_step(const Batch& batch, double loss_weight);
   // The batch's images and targets after MixUp or CutMix (class indices when both are off).
   std::pair<at::Tensor, at::Tensor> mix(const at::Tensor& images, const at::Tensor& labels);
+  // The batch on the device as the step takes it: (N, 3, H, W) images, prepared and mixed, and
+  // targets, (N) class indices or (N, classes) probabilities when mixed.
+  std::pair<at::Tensor, at::Tensor> step_inputs(const Batch& batch);
   // Training mode for the layers that train: a linear probe keeps the frozen layers' batch norm
   // on its running statistics.
   void set_training_mode();
