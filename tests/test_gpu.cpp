@@ -1,11 +1,13 @@
 // GPU paths: the normalisation kernel against the CPU reference, bf16 and fp16 training steps in
 // channels_last, fp16 loss scaling on real overflow, and the step as a CUDA graph against the
-// eager step. Skipped, with the reason, without a GPU.
+// eager step, released and recorded again to make room for an eager step. Skipped, with the
+// reason, without a GPU.
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <iostream>
+#include <limits>
 
 #include "data/transforms/device_input.h"
 #include "src/part_options.h"
@@ -142,6 +144,54 @@ TEST_F(Gpu, CudaGraphStepMatchesEagerStepFp16) { expect_graph_matches_eager(Prec
 
 TEST_F(Gpu, CudaGraphStepMatchesEagerStepBf16WithMixup) {
   expect_graph_matches_eager(Precision::kBf16, 0.2);
+}
+
+// An eager step beside the graph (a short last step): with room (a small network on a large
+// card) the graph stays; without (an endless margin: no step fits) it is released, the step runs
+// eagerly, and the next full step records it again at once, without another warm-up. Either way
+// every step's loss and gradients are the eager step's.
+void expect_graph_makes_room(double memory_margin, int64_t expected_captures) {
+  const torch::Device device(torch::kCUDA, 0);
+  torch::manual_seed(0);
+  torch::nn::Sequential net(torch::nn::Linear(64, 256), torch::nn::ReLU(),
+                            torch::nn::Linear(256, 10));
+  net->to(device);
+  const std::vector<at::Tensor> params = net->parameters();
+  auto zero_grad = [&] {
+    for (const at::Tensor& p : params) p.mutable_grad().reset();
+  };
+  auto body = [&](const at::Tensor& inputs, const at::Tensor& targets) {
+    at::Tensor loss = torch::cross_entropy_loss(net->forward(inputs), targets);
+    loss.backward();
+    return loss.detach();
+  };
+  StepGraph graph(device, params, StepGraphOptions{/*warmup_steps=*/2, memory_margin});
+  const std::vector<int64_t> batches = {32, 32, 32, 32, 20, 32, 32};
+  for (size_t step = 0; step < batches.size(); ++step) {
+    const at::Tensor inputs = torch::randn({batches[step], 64}, device);
+    const at::Tensor targets =
+        torch::randint(0, 10, {batches[step]}, inputs.options().dtype(at::kLong));
+    zero_grad();
+    const at::Tensor want = body(inputs, targets);
+    std::vector<at::Tensor> want_grads;
+    for (const at::Tensor& p : params) want_grads.push_back(p.grad().clone());
+    zero_grad();
+    const at::Tensor loss = graph.run(inputs, targets, 1.0, body);
+    EXPECT_TRUE(torch::allclose(loss, want, 1e-4, 1e-6)) << "step " << step;
+    for (size_t i = 0; i < params.size(); ++i)
+      EXPECT_TRUE(torch::allclose(params[i].grad(), want_grads[i], 1e-4, 1e-6))
+          << "step " << step << ", parameter " << i;
+  }
+  zero_grad();
+  EXPECT_EQ(graph.captures(), expected_captures);
+  EXPECT_EQ(graph.releases(), expected_captures - 1);
+  EXPECT_EQ(graph.replays(), 4);  // steps 2, 3, 5 and 6
+}
+
+TEST_F(Gpu, CudaGraphStaysBesideAnEagerStepThatFits) { expect_graph_makes_room(1.25, 1); }
+
+TEST_F(Gpu, CudaGraphReleasedForAStepThatDoesNotFitIsRecordedAgainAtOnce) {
+  expect_graph_makes_room(std::numeric_limits<double>::infinity(), 2);
 }
 
 }  // namespace

@@ -2,9 +2,14 @@
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Exception.h>
 #include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "base/user_error.h"
 
@@ -27,11 +32,21 @@ namespace trainer {
 //   `warmup_steps` times in a row (a short last step, the first steps at a new image size).
 // Capture follows warm-up steps of the same shape, which leave cuDNN's autotuning cached and the
 // libraries' per-stream workspaces made, on a side stream as CUDA requires (never the default
-// stream). One graph is kept: a new shape's capture frees the last one's memory pool, so
-// progressive resizing holds one step's activations at a time. Capture is thread-local: the
-// collective watchdog goes on querying the events of earlier steps from its own thread, and the
-// gradient reducer does not ask it to watch a stream being captured (a captured event cannot be
-// queried); the trainer has it watch each replay instead.
+// stream).
+// Memory: the graph's pool keeps the step's activations between steps, and an eager step
+// allocates its own beside it (256 images of 224 px in fp16, the shipped batch, are about what a
+// 16 GB V100 holds once). So:
+// - Before capture, the allocator's cache goes back to the device: the warm-up steps'
+//   activations, cached by the allocator but free, would otherwise sit beside the graph's.
+// - One graph is kept: a new shape's capture frees the last one's pool, so progressive resizing
+//   holds one step's activations at a time.
+// - An eager step beside the graph (an epoch's short last step, the first steps at a new size)
+//   runs there only when the device's free memory holds it by estimate (eager_step_bytes); if
+//   not, the graph is released first and recorded again, without warm-up, at the next step of
+//   its shape: on a tight card once an epoch, where a card with room keeps it.
+// Capture is thread-local: the collective watchdog goes on querying the events of earlier steps
+// from its own thread, and the gradient reducer does not ask it to watch a stream being captured
+// (a captured event cannot be queried); the trainer has it watch each replay instead.
 
 StepShape StepShape::of(const at::Tensor& images, const at::Tensor& targets, double weight) {
   return {images.sizes().vec(), targets.sizes().vec(), images.scalar_type(), targets.scalar_type(),
@@ -51,16 +66,34 @@ CaptureSchedule::Action CaptureSchedule::next(const StepShape& shape) {
     warming_ = shape;
     warm_steps_ = 1;
   }
-  if (warm_steps_ <= warmup_steps_) return Action::kEager;
+  const bool warmed_before = released_ && *released_ == shape;
+  if (warm_steps_ <= warmup_steps_ && !warmed_before) return Action::kEager;
   recorded_ = shape;
+  released_.reset();
   return Action::kCapture;
 }
 
-StepGraph::StepGraph(c10::Device device, std::vector<at::Tensor> params, int64_t warmup_steps)
+void CaptureSchedule::release() {
+  if (recorded_) released_ = recorded_;
+  recorded_.reset();
+}
+
+int64_t eager_step_bytes(int64_t graph_bytes, int64_t step_image_elements,
+                         int64_t recorded_image_elements, double margin) {
+  const double scaled = static_cast<double>(graph_bytes) *
+                        static_cast<double>(step_image_elements) /
+                        static_cast<double>(recorded_image_elements);
+  const double bytes = std::ceil(scaled * margin);
+  // An endless margin (no eager step beside the graph) and 0 x infinity alike: more than any card.
+  return bytes < 9.2e18 ? static_cast<int64_t>(bytes) : std::numeric_limits<int64_t>::max();
+}
+
+StepGraph::StepGraph(c10::Device device, std::vector<at::Tensor> params, StepGraphOptions options)
     : device_(device),
       params_(std::move(params)),
       side_stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index())),
-      schedule_(warmup_steps) {
+      memory_margin_(options.memory_margin),
+      schedule_(options.warmup_steps) {
   TORCH_INTERNAL_ASSERT(device.is_cuda(), "a CUDA graph needs a CUDA device");
 }
 
@@ -70,6 +103,7 @@ at::Tensor StepGraph::run(const at::Tensor& images, const at::Tensor& targets, d
                           const Body& body) {
   switch (schedule_.next(StepShape::of(images, targets, weight))) {
     case CaptureSchedule::Action::kEager:
+      if (graph_) make_room(images);
       return run_eager(images, targets, body);
     case CaptureSchedule::Action::kCapture:
       capture(images, targets, body);
@@ -90,6 +124,13 @@ void order_after(const c10::cuda::CUDAStream& first, const c10::cuda::CUDAStream
   event.block(then);
 }
 
+// The device's free memory once the allocator has given back what it caches (after a device
+// synchronisation): what an eager step could allocate.
+int64_t free_device_memory(c10::DeviceIndex device) {
+  c10::cuda::CUDACachingAllocator::emptyCache();
+  return static_cast<int64_t>(c10::cuda::CUDACachingAllocator::get()->getMemoryInfo(device).first);
+}
+
 // Ends a capture whose step threw, and the allocations into its pool, and says so with what threw
 // (without LibTorch's backtrace).
 [[noreturn]] void abandon_capture(at::cuda::CUDAGraph& graph, const std::exception& error) {
@@ -105,6 +146,29 @@ void order_after(const c10::cuda::CUDAStream& first, const c10::cuda::CUDAStream
 
 }  // namespace
 
+void StepGraph::make_room(const at::Tensor& images) {
+  const int64_t needed =
+      eager_step_bytes(graph_bytes_, images.numel(), static_images_.numel(), memory_margin_);
+  const int64_t free = free_device_memory(device_.index());
+  if (needed <= free) return;
+  spdlog::info(
+      "the step's CUDA graph ({} MiB) released for an eager step of images {}, which needs "
+      "about {} MiB with {} MiB free; recorded again at the next step of images {}",
+      graph_bytes_ >> 20, c10::str(images.sizes()), needed >> 20, free >> 20,
+      c10::str(static_images_.sizes()));
+  free_graph();
+  schedule_.release();
+  ++releases_;
+}
+
+void StepGraph::free_graph() {
+  static_grads_.clear();
+  static_loss_ = at::Tensor();
+  static_images_ = at::Tensor();
+  static_targets_ = at::Tensor();
+  graph_.reset();
+}
+
 at::Tensor StepGraph::run_eager(const at::Tensor& images, const at::Tensor& targets,
                                 const Body& body) {
   const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device_.index());
@@ -119,10 +183,8 @@ at::Tensor StepGraph::run_eager(const at::Tensor& images, const at::Tensor& targ
 }
 
 void StepGraph::capture(const at::Tensor& images, const at::Tensor& targets, const Body& body) {
-  // The last shape's graph and the memory it holds go first.
-  static_grads_.clear();
-  static_loss_ = at::Tensor();
-  graph_.reset();
+  free_graph();  // the last shape's, and the memory it holds
+  const int64_t free_before = free_device_memory(device_.index());
   static_images_ = images.clone();  // the same layout (channels_last stays)
   static_targets_ = targets.clone();
   const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device_.index());
@@ -142,8 +204,11 @@ void StepGraph::capture(const at::Tensor& images, const at::Tensor& targets, con
   for (const at::Tensor& p : params_) static_grads_.push_back(p.grad());
   graph_ = std::move(graph);
   ++captures_;
-  spdlog::info("training step recorded as a CUDA graph: images {}, targets {}",
-               c10::str(images.sizes()), c10::str(targets.sizes()));
+  const int64_t after = static_cast<int64_t>(
+      c10::cuda::CUDACachingAllocator::get()->getMemoryInfo(device_.index()).first);
+  graph_bytes_ = std::max<int64_t>(free_before - after, 0);
+  spdlog::info("training step recorded as a CUDA graph: images {}, targets {}, {} MiB",
+               c10::str(images.sizes()), c10::str(targets.sizes()), graph_bytes_ >> 20);
 }
 
 at::Tensor StepGraph::replay(const at::Tensor& images, const at::Tensor& targets) {

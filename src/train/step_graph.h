@@ -27,18 +27,38 @@ struct StepShape {
 
 // When a step is recorded: after `warmup_steps` eager steps of one shape in a row. A recorded
 // shape replays; any other runs eagerly, and a new shape that lasts is recorded in place of the
-// old one (progressive resizing), while a shape seen once (a short last step) is not.
+// old one (progressive resizing), while a shape seen once (a short last step) is not. A recording
+// released to make room for an eager step is made again when its shape next comes, without
+// another warm-up.
 class CaptureSchedule {
  public:
   enum class Action { kEager, kCapture, kReplay };
   explicit CaptureSchedule(int64_t warmup_steps) : warmup_steps_(warmup_steps) {}
   Action next(const StepShape& shape);  // what to do with a step of `shape`, counting it
+  void release();                       // the recorded shape is recorded no longer
 
  private:
   int64_t warmup_steps_;
   std::optional<StepShape> warming_;  // the shape of the last eager steps
   int64_t warm_steps_ = 0;            // eager steps of `warming_` in a row
   std::optional<StepShape> recorded_;
+  std::optional<StepShape> released_;  // warmed up already: recorded again at once
+};
+
+// The device memory an eager step takes beside a recorded one, by estimate: what recording took
+// (`graph_bytes`: activations, gradients, workspaces), scaled by the step's image elements over
+// the recorded step's (activations grow with batch x height x width), times `margin` for what
+// does not scale and the allocator's rounding.
+int64_t eager_step_bytes(int64_t graph_bytes, int64_t step_image_elements,
+                         int64_t recorded_image_elements, double margin);
+
+struct StepGraphOptions {
+  // Eager steps of one input shape before it is recorded (cuDNN's autotuning, the libraries'
+  // per-stream workspaces).
+  int64_t warmup_steps = 3;
+  // eager_step_bytes' margin: an eager step runs beside the graph only when its estimate fits in
+  // the device's free memory; otherwise the graph is released first.
+  double memory_margin = 1.25;
 };
 
 class StepGraph {
@@ -48,24 +68,26 @@ class StepGraph {
   using Body = std::function<at::Tensor(const at::Tensor& images, const at::Tensor& targets)>;
 
   // `params`: the parameters whose .grad the body sets (the ones the optimizer updates).
-  // `warmup_steps`: eager steps of one input shape before it is captured (cuDNN's autotuning,
-  // the libraries' per-stream workspaces).
-  StepGraph(c10::Device device, std::vector<at::Tensor> params, int64_t warmup_steps = 3);
+  StepGraph(c10::Device device, std::vector<at::Tensor> params, StepGraphOptions options = {});
   ~StepGraph();
   StepGraph(const StepGraph&) = delete;
   StepGraph& operator=(const StepGraph&) = delete;
 
   // One step of `body` on `images` and `targets` (device tensors), on the current stream: by
   // replaying the graph captured for their shapes, by capturing it, or eagerly while a shape
-  // warms up or is seen only once. `weight` (the step's loss weight) is part of what was
-  // captured. Returns the mean loss, a tensor of its own.
+  // warms up or is seen only once (releasing the graph first when the step would not fit beside
+  // it). `weight` (the step's loss weight) is part of what was captured. Returns the mean loss, a
+  // tensor of its own.
   at::Tensor run(const at::Tensor& images, const at::Tensor& targets, double weight,
                  const Body& body);
 
   int64_t replays() const { return replays_; }  // steps run by replaying a graph
   int64_t captures() const { return captures_; }
+  int64_t releases() const { return releases_; }  // graphs released to make room for a step
 
  private:
+  void make_room(const at::Tensor& images);  // releases the graph if a step of images won't fit
+  void free_graph();                         // the graph, its static tensors and its memory pool
   at::Tensor run_eager(const at::Tensor& images, const at::Tensor& targets, const Body& body);
   void capture(const at::Tensor& images, const at::Tensor& targets, const Body& body);
   at::Tensor replay(const at::Tensor& images, const at::Tensor& targets);
@@ -73,6 +95,7 @@ class StepGraph {
   c10::Device device_;
   std::vector<at::Tensor> params_;
   c10::cuda::CUDAStream side_stream_;  // warm-up and capture: never the default stream
+  double memory_margin_;
   CaptureSchedule schedule_;
   // The captured step. Members below the graph are destroyed first: its memory pool outlives
   // the tensors it holds.
@@ -80,8 +103,10 @@ class StepGraph {
   at::Tensor static_images_, static_targets_;  // what the graph reads
   at::Tensor static_loss_;                     // what it writes
   std::vector<at::Tensor> static_grads_;       // .grad of each parameter as captured
+  int64_t graph_bytes_ = 0;                    // device memory the recording took
   int64_t replays_ = 0;
   int64_t captures_ = 0;
+  int64_t releases_ = 0;
 };
 
 }  // namespace trainer
