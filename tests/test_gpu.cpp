@@ -10,10 +10,12 @@
 #include <limits>
 
 #include "data/transforms/device_input.h"
+#include "src/fit.h"
 #include "src/part_options.h"
 #include "src/sources.h"
 #include "src/state/checkpoint.h"
 #include "src/train/trainer.h"
+#include "tests/temp_dir.h"
 
 namespace trainer {
 namespace {
@@ -88,6 +90,44 @@ TEST_F(Gpu, Fp16OverflowSkipsStepsAndHalvesTheScale) {
   EXPECT_EQ(trainer.loss_scaler().scale_value(), static_cast<double>(1e30f) * 0.5);
 }
 
+// Deterministic cuDNN (no autotuning) while it lives, so that two runs take the same algorithms.
+class DeterministicCudnn {
+ public:
+  DeterministicCudnn()
+      : deterministic_(at::globalContext().deterministicCuDNN()),
+        benchmark_(at::globalContext().benchmarkCuDNN()) {
+    at::globalContext().setDeterministicCuDNN(true);
+    at::globalContext().setBenchmarkCuDNN(false);
+  }
+  ~DeterministicCudnn() {
+    at::globalContext().setDeterministicCuDNN(deterministic_);
+    at::globalContext().setBenchmarkCuDNN(benchmark_);
+  }
+
+ private:
+  bool deterministic_, benchmark_;
+};
+
+// Two trainings of the same steps from `initial` ended alike: every floating-point tensor of
+// `got` within a small part of how far `want` moved from `initial` (atomics in some backward
+// kernels make even two eager runs differ in the last bits), integers (batches tracked) equal.
+// Returns the largest difference.
+double expect_trained_alike(const TensorMap& want, const TensorMap& got, const TensorMap& initial) {
+  double max_difference = 0;
+  for (const auto& [name, tensor] : want) {
+    const at::Tensor other = got.at(name).to(tensor.device());  // a checkpoint's are on the CPU
+    if (!tensor.is_floating_point()) {
+      EXPECT_TRUE(torch::equal(other, tensor)) << name;
+      continue;
+    }
+    const double moved = (tensor - initial.at(name).to(tensor.device())).abs().max().item<double>();
+    const double difference = (other - tensor).abs().max().item<double>();
+    max_difference = std::max(max_difference, difference);
+    EXPECT_LE(difference, 1e-3 * moved + 1e-7) << name << " moved " << moved;
+  }
+  return max_difference;
+}
+
 // The step recorded as a CUDA graph computes what the eager step does, through warm-up, capture,
 // replays and a short batch between them (run eagerly), with MixUp or loss scaling on: the same
 // loss at every step, and weights and BN statistics that differ by a small part of how far
@@ -95,10 +135,7 @@ TEST_F(Gpu, Fp16OverflowSkipsStepsAndHalvesTheScale) {
 void expect_graph_matches_eager(Precision precision, double mixup_alpha) {
   Config c = gpu_config(precision);
   c.mixup_alpha = mixup_alpha;
-  const bool deterministic = at::globalContext().deterministicCuDNN();
-  const bool benchmark = at::globalContext().benchmarkCuDNN();
-  at::globalContext().setDeterministicCuDNN(true);
-  at::globalContext().setBenchmarkCuDNN(false);
+  const DeterministicCudnn deterministic;
   const torch::Device device(torch::kCUDA, 0);
   Sources sources = make_sources(c, device);
   TrainerOptions options = trainer_options(c);
@@ -122,28 +159,57 @@ void expect_graph_matches_eager(Precision precision, double mixup_alpha) {
   EXPECT_EQ(graphed.graph_replays(), 5);  // full steps 4 to 8: the short one ran eagerly
   EXPECT_EQ(eager.graph_replays(), 0);
 
-  const TensorMap want = state_dict(*eager.model()), got = state_dict(*graphed.model());
-  double max_difference = 0;
-  for (const auto& [name, tensor] : want) {
-    if (!tensor.is_floating_point()) {
-      EXPECT_TRUE(torch::equal(got.at(name), tensor)) << name;
-      continue;
-    }
-    const double moved = (tensor - initial.at(name)).abs().max().item<double>();
-    const double difference = (got.at(name) - tensor).abs().max().item<double>();
-    max_difference = std::max(max_difference, difference);
-    EXPECT_LE(difference, 1e-3 * moved + 1e-7) << name << " moved " << moved;
-  }
-  std::cout << name_of(precision) << ": largest difference, graph against eager: " << max_difference
+  const double difference =
+      expect_trained_alike(state_dict(*eager.model()), state_dict(*graphed.model()), initial);
+  std::cout << name_of(precision) << ": largest difference, graph against eager: " << difference
             << "\n";
-  at::globalContext().setDeterministicCuDNN(deterministic);
-  at::globalContext().setBenchmarkCuDNN(benchmark);
 }
 
 TEST_F(Gpu, CudaGraphStepMatchesEagerStepFp16) { expect_graph_matches_eager(Precision::kFp16, 0); }
 
 TEST_F(Gpu, CudaGraphStepMatchesEagerStepBf16WithMixup) {
   expect_graph_matches_eager(Precision::kBf16, 0.2);
+}
+
+// Trains to `steps` in all on the GPU, resuming from the output_dir's checkpoint when it has one,
+// and returns the checkpoint written at the end.
+Checkpoint train_on_gpu_to(Config c, int64_t steps) {
+  c.max_steps = steps;
+  const torch::Device device(torch::kCUDA, 0);
+  Sources sources = make_sources(c, device);
+  Trainer trainer(trainer_options(c), device);
+  MetricsLog metrics("");
+  fit(trainer, c, *sources.train, nullptr, metrics);
+  EXPECT_GT(trainer.graph_replays(), 0) << "to step " << steps;
+  return load_checkpoint(
+      checkpoint_path(std::filesystem::path(c.output_dir) / "checkpoints", steps));
+}
+
+// Resume with the step as a CUDA graph: a run stopped mid-epoch and resumed (whose new process
+// warms up and records the step again) ends where the uninterrupted run does, as closely as the
+// graph's step follows the eager one, with the same loss scale. Each epoch ends in a short step.
+TEST_F(Gpu, ResumeWithTheCudaGraphContinuesAsTheUninterruptedRun) {
+  const DeterministicCudnn deterministic;
+  const testing::TempDir dir;
+  auto config = [&](const std::string& name) {
+    Config c = gpu_config(Precision::kFp16);
+    c.generated_train_images = 232;  // 7 steps of 32 and one of 8 an epoch
+    c.cuda_graph = true;
+    c.resume = "auto";
+    c.output_dir = dir.file(name);
+    validate_config(c);
+    return c;
+  };
+  const Config straight = config("straight"), resumed = config("resumed");
+  const torch::Device device(torch::kCUDA, 0);
+  const TensorMap initial = state_dict(*Trainer(trainer_options(straight), device).model());
+  const Checkpoint want = train_on_gpu_to(straight, 20);
+  train_on_gpu_to(resumed, 10);
+  const Checkpoint got = train_on_gpu_to(resumed, 20);
+  EXPECT_EQ(got.progress.step, 20);
+  EXPECT_EQ(got.loss_scale, want.loss_scale);
+  const double difference = expect_trained_alike(want.model, got.model, initial);
+  std::cout << "largest difference, resumed against uninterrupted: " << difference << "\n";
 }
 
 // An eager step beside the graph (a short last step): with room (a small network on a large
