@@ -9,8 +9,10 @@
 #              `mpirun -np 1 train --benchmark` (bucketing, hooks, NCCL), alternated, twice
 #   allreduce  bench-allreduce over NCCL
 #   graph      the step as a CUDA graph (cuda_graph) against the eager step: `train --benchmark`
-#              at batch 32 and 256, fp16 and bf16, alternated, alone and under `mpirun -np 1`
-#              (the gradient all-reduce recorded in the graph); pad_stem_input off and on
+#              at batch 32 and 256, fp16 and bf16, alone and under `mpirun -np 1` (the gradient
+#              all-reduce recorded in the graph); pad_stem_input off and on. One run each, so that
+#              `TRAIN_ARGS="--cuda_graph true" device-checks.sh tests graph recipes` fits one call
+#              of a session's device time (the table's figures are the train stage's)
 #   train      scripts/bench-train.sh: this trainer (CUDA graph, eager, unfused batch norm) next to
 #              PyTorch eager and compiled, fp16 and bf16 at batch 256 and 32, each ending in its
 #              table row (COMPILE_MODE passes through; max-autotune compiles for minutes a run)
@@ -71,14 +73,14 @@ for stage in "${stages[@]}"; do
     graph)
       for precision in fp16 bf16; do
         for batch in 32 256; do
-          for graph in false true false true; do
+          for graph in false true; do
             echo "-- $precision batch $batch cuda_graph $graph"
             "${benchmark[@]}" --precision "$precision" --batch_size "$batch" --cuda_graph "$graph" \
               2>&1 | grep -E 'benchmark |CUDA graph|error'
           done
         done
       done
-      for pad in false true false true; do
+      for pad in false true; do
         echo "-- fp16 batch 256 pad_stem_input $pad"
         "${benchmark[@]}" --pad_stem_input "$pad" 2>&1 | grep -E 'benchmark |error'
       done
