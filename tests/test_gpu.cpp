@@ -171,15 +171,15 @@ TEST_F(Gpu, CudaGraphStepMatchesEagerStepBf16WithMixup) {
   expect_graph_matches_eager(Precision::kBf16, 0.2);
 }
 
-// Trains to `steps` in all on the GPU, resuming from the output_dir's checkpoint when it has one,
-// and returns the checkpoint written at the end.
+// Trains to `steps` in all on the GPU, evaluating each epoch, resuming from the output_dir's
+// checkpoint when it has one, and returns the checkpoint written at the end.
 Checkpoint train_on_gpu_to(Config c, int64_t steps) {
   c.max_steps = steps;
   const torch::Device device(torch::kCUDA, 0);
   Sources sources = make_sources(c, device);
   Trainer trainer(trainer_options(c), device);
   MetricsLog metrics("");
-  fit(trainer, c, *sources.train, nullptr, metrics);
+  fit(trainer, c, *sources.train, sources.val.get(), metrics);
   EXPECT_GT(trainer.graph_replays(), 0) << "to step " << steps;
   return load_checkpoint(
       checkpoint_path(std::filesystem::path(c.output_dir) / "checkpoints", steps));
@@ -187,7 +187,8 @@ Checkpoint train_on_gpu_to(Config c, int64_t steps) {
 
 // Resume with the step as a CUDA graph: a run stopped mid-epoch and resumed (whose new process
 // warms up and records the step again) ends where the uninterrupted run does, as closely as the
-// graph's step follows the eager one, with the same loss scale. Each epoch ends in a short step.
+// graph's step follows the eager one, with the same loss scale. Each epoch ends in a short step
+// and an evaluation beside the graph.
 TEST_F(Gpu, ResumeWithTheCudaGraphContinuesAsTheUninterruptedRun) {
   const DeterministicCudnn deterministic;
   const testing::TempDir dir;

@@ -43,7 +43,8 @@ namespace trainer {
 // - An eager step beside the graph (an epoch's short last step, the first steps at a new size)
 //   runs there only when the device's free memory holds it by estimate (eager_step_bytes); if
 //   not, the graph is released first and recorded again, without warm-up, at the next step of
-//   its shape: on a tight card once an epoch, where a card with room keeps it.
+//   its shape: on a tight card once an epoch, where a card with room keeps it. Evaluation asks
+//   the same with its first batch, an estimate well above what its forward passes take.
 // Capture is thread-local: the collective watchdog goes on querying the events of earlier steps
 // from its own thread, and the gradient reducer does not ask it to watch a stream being captured
 // (a captured event cannot be queried); the trainer has it watch each replay instead.
@@ -103,7 +104,7 @@ at::Tensor StepGraph::run(const at::Tensor& images, const at::Tensor& targets, d
                           const Body& body) {
   switch (schedule_.next(StepShape::of(images, targets, weight))) {
     case CaptureSchedule::Action::kEager:
-      if (graph_) make_room(images);
+      make_room(images, "an eager step");
       return run_eager(images, targets, body);
     case CaptureSchedule::Action::kCapture:
       capture(images, targets, body);
@@ -146,15 +147,16 @@ int64_t free_device_memory(c10::DeviceIndex device) {
 
 }  // namespace
 
-void StepGraph::make_room(const at::Tensor& images) {
+void StepGraph::make_room(const at::Tensor& images, const char* what) {
+  if (!graph_) return;
   const int64_t needed =
       eager_step_bytes(graph_bytes_, images.numel(), static_images_.numel(), memory_margin_);
   const int64_t free = free_device_memory(device_.index());
   if (needed <= free) return;
   spdlog::info(
-      "the step's CUDA graph ({} MiB) released for an eager step of images {}, which needs "
-      "about {} MiB with {} MiB free; recorded again at the next step of images {}",
-      graph_bytes_ >> 20, c10::str(images.sizes()), needed >> 20, free >> 20,
+      "the step's CUDA graph ({} MiB) released for {} on images {}, which may need up to {} "
+      "MiB with {} MiB free; recorded again at the next step of images {}",
+      graph_bytes_ >> 20, what, c10::str(images.sizes()), needed >> 20, free >> 20,
       c10::str(static_images_.sizes()));
   free_graph();
   schedule_.release();

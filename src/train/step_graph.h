@@ -83,11 +83,15 @@ class StepGraph {
 
   int64_t replays() const { return replays_; }  // steps run by replaying a graph
   int64_t captures() const { return captures_; }
-  int64_t releases() const { return releases_; }  // graphs released to make room for a step
+  int64_t releases() const { return releases_; }  // graphs released to make room
+
+  // Releases the graph when work on `images` beside it (`what`: an eager step, evaluation, whose
+  // forward passes take less) would not fit in the device's free memory by estimate
+  // (eager_step_bytes); the graph is recorded again at the next step of its shape.
+  void make_room(const at::Tensor& images, const char* what);
 
  private:
-  void make_room(const at::Tensor& images);  // releases the graph if a step of images won't fit
-  void free_graph();                         // the graph, its static tensors and its memory pool
+  void free_graph();  // the graph, its static tensors and its memory pool
   at::Tensor run_eager(const at::Tensor& images, const at::Tensor& targets, const Body& body);
   void capture(const at::Tensor& images, const at::Tensor& targets, const Body& body);
   at::Tensor replay(const at::Tensor& images, const at::Tensor& targets);

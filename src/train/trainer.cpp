@@ -247,10 +247,12 @@ EvalResult Trainer::evaluate(BatchSource& source, bool ema, bool per_class) {
     Batch batch = source.next_batch();
     at::Tensor labels = batch.labels.to(device_, /*non_blocking=*/true).unsqueeze(1);  // (N, 1)
     at::Tensor logits;
+    const bool first_batch = images == 0;
     {
       AutocastGuard autocast(device_.type(), autocast_dtype_);
       const at::Tensor images = prepare_images(batch.images);  // (N, 3, S, S)
-      logits = model->forward(images);                         // (N, classes)
+      if (graph_ && first_batch) graph_->make_room(images, "evaluation");
+      logits = model->forward(images);  // (N, classes)
       // The sum ranks as the mean does: FFCV's flip test-time augmentation.
       if (options_.eval_flip) logits = logits + model->forward(images.flip({3}));
     }
