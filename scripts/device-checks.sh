@@ -11,8 +11,11 @@
 #   graph      the step as a CUDA graph (cuda_graph) against the eager step: `train --benchmark`
 #              at batch 32 and 256, fp16 and bf16, alone and under `mpirun -np 1` (the gradient
 #              all-reduce recorded in the graph); pad_stem_input off and on. One run each, so that
-#              `TRAIN_ARGS="--cuda_graph true" device-checks.sh tests graph recipes` fits one call
+#              `TRAIN_ARGS="--cuda_graph true" device-checks.sh tests graph v100 recipes` fits one call
 #              of a session's device time (the table's figures are the train stage's)
+#   v100       configs/p3.16xlarge.toml's work per GPU (ResNet-50, fp16, 256 images of 224 px) in
+#              a 16 GB V100's memory (gpu_memory_gib 15), eager and with the step as a CUDA graph:
+#              generated images, each epoch 6 full steps, a short one and an evaluation
 #   train      scripts/bench-train.sh: this trainer (CUDA graph, eager, unfused batch norm) next to
 #              PyTorch eager and compiled, fp16 and bf16 at batch 256 and 32, each ending in its
 #              table row (COMPILE_MODE passes through; max-autotune compiles for minutes a run)
@@ -29,7 +32,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(tests graph overhead allreduce train pipeline recipes techniques)
+[ ${#stages[@]} -gt 0 ] || stages=(tests graph v100 overhead allreduce train pipeline recipes techniques)
 out=${OUT:-/tmp/device-out}
 mkdir -p "$out"
 exec > >(tee -a "$out/device-checks.log") 2>&1
@@ -91,6 +94,18 @@ for stage in "${stages[@]}"; do
       done
       ;;
     allreduce) mpirun -np 1 bench-allreduce ;;
+    v100)
+      # 15 GiB: a V100's 15.8 less its CUDA context and NCCL's buffers, which the cap leaves out.
+      for graph in false true; do
+        echo "-- cuda_graph $graph"
+        rm -rf "${TMPDIR:-/tmp}/device-v100"
+        train --config "$root/configs/p3.16xlarge.toml" --data_source generated --num_classes 10 \
+          --generated_classes 10 --generated_train_images 1636 --generated_val_images 512 \
+          --epoch_order global --epochs 2 --warmup_epochs 1 --log_every_steps 1 \
+          --gpu_memory_gib 15 --cuda_graph "$graph" --output_dir "${TMPDIR:-/tmp}/device-v100" \
+          2>&1 | grep -E 'GPU memory|CUDA graph|img/s|eval epoch|final|error|out of memory'
+      done
+      ;;
     train)
       for precision in fp16 bf16; do
         for batch in 256 32; do
@@ -147,6 +162,10 @@ for stage in "${stages[@]}"; do
         --output_dir "${TMPDIR:-/tmp}/device-smoke" "${train_args[@]}" 2>&1 |
         grep -E 'CUDA graph|eval|final|error'
       ;;
-    *) echo "unknown stage $stage (tests, overhead, allreduce, train, pipeline, recipes, techniques)" >&2 && exit 2 ;;
+    *)
+      echo "unknown stage $stage (tests, graph, v100, overhead, allreduce, train, pipeline," \
+        "recipes, techniques)" >&2
+      exit 2
+      ;;
   esac
 done

@@ -93,6 +93,8 @@ void add_options(CLI::App& app, Config& c) {
       "the step's forward, backward and all-reduce replayed as one CUDA graph (GPU)");
   add("Device", "pad_stem_input", c.pad_stem_input,
       "the stem convolution reads 4 channels, the 4th zero (cuDNN's NHWC kernels)");
+  add("Device", "gpu_memory_gib", c.gpu_memory_gib,
+      "most GPU memory the allocator may take, GiB (e.g. 15: a 16 GB V100's); 0: the card's");
   add_choice("Data", "data_source", c.data_source, "synthetic | generated | tfrecord");
   add("Data", "batch_size", c.batch_size,
       "images per GPU and step; with global_batch, the most per micro-batch");

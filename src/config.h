@@ -71,6 +71,9 @@ struct Config {
   bool cuda_graph = false;
   // The stem's convolution on 4 input channels, the 4th zero (models/resnet.h); same results.
   bool pad_stem_input = false;
+  // The most GPU memory LibTorch's allocator may take, GiB (a smaller card's on a larger one, or a
+  // share of a GPU); 0: the whole card. Ignored on the CPU.
+  double gpu_memory_gib = 0;
 
   // Data.
   DataSource data_source = DataSource::kSynthetic;  // synthetic | generated (in memory) | tfrecord

@@ -57,6 +57,8 @@ void validate_sizes_and_parallelism(const Config& c) {
   check(c.bucket_mb > 0 && c.bucket_mb <= 1024, "bucket_mb", c.bucket_mb, "must be in [1, 1024]");
   check(c.collective_timeout_s > 0, "collective_timeout_s", c.collective_timeout_s,
         "must be > 0 seconds");
+  check(std::isfinite(c.gpu_memory_gib) && c.gpu_memory_gib >= 0, "gpu_memory_gib",
+        c.gpu_memory_gib, "must be >= 0 GiB (0: the whole card)");
   check(c.global_batch == 0 || c.global_batch >= c.world_size, "global_batch", c.global_batch,
         "must be 0 or at least one image per rank (" + std::to_string(c.world_size) +
             " ranks). Fix: a global_batch of at least the number of GPUs, or fewer ranks");

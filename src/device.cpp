@@ -1,8 +1,10 @@
 #include "src/device.h"
 
 #include <ATen/Parallel.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <cuda_runtime_api.h>
+#include <spdlog/spdlog.h>
 #include <torch/cuda.h>
 
 #include <cstdio>
@@ -42,6 +44,24 @@ void check_device_supports(const Config& c, c10::Device device, bool launched) {
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device.index()));
   USER_CHECK(prop.major >= 8, "precision = bf16 needs an Ampere or newer GPU; ", prop.name,
              " is sm_", prop.major, prop.minor, ". Fix: precision = fp16 (V100, T4)");
+}
+
+void limit_gpu_memory(c10::Device device, double gib) {
+  if (gib <= 0 || !device.is_cuda()) return;
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device.index()));
+  const double card = static_cast<double>(prop.totalGlobalMem);  // what the allocator's cap is of
+  const double limit = gib * static_cast<double>(1ull << 30);
+  if (limit >= card) {
+    spdlog::warn("gpu_memory_gib = {} is not below the card's {:.1f} GiB: no cap", gib,
+                 card / static_cast<double>(1ull << 30));
+    return;
+  }
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(limit / card, device.index());
+  spdlog::info(
+      "GPU memory: LibTorch's allocator may take {} GiB of the card's {:.1f} "
+      "(gpu_memory_gib)",
+      gib, card / static_cast<double>(1ull << 30));
 }
 
 std::string describe_device(c10::Device device) {

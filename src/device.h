@@ -18,6 +18,11 @@ c10::Device select_device(DeviceChoice choice, int local_rank);
 // and, in a job a launcher started (`launched`), gradients compressed on the wire without GPUs.
 void check_device_supports(const Config& config, c10::Device device, bool launched);
 
+// Caps what LibTorch's allocator may take on `device` at `gib` GiB (gpu_memory_gib): past it an
+// allocation fails as on a card of that size, so a run on a large card shows whether the same
+// run fits a smaller one (a 16 GB V100: 15). 0, the CPU, or a cap above the card: no cap.
+void limit_gpu_memory(c10::Device device, double gib);
+
 // "NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB)" or "CPU (N threads)".
 std::string describe_device(c10::Device device);
 

@@ -123,6 +123,7 @@ int run(int argc, char** argv, std::unique_ptr<ProcessGroup>& group) {
   configure_process(*group, env);
   const c10::Device device = select_device(config.device, group->local_rank());
   check_device_supports(config, device, group->launched());
+  limit_gpu_memory(device, config.gpu_memory_gib);
   at::globalContext().setBenchmarkCuDNN(config.cudnn_benchmark);
   std::optional<Watchdog> watchdog;  // times every collective of `group` from here on
   if (group->launched())

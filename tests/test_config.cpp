@@ -259,6 +259,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{{"--grad_scale", "0"}, "grad_scale"},
         BadValue{{"--grad_scale", "-1"}, "grad_scale"},
         BadValue{{"--collective_timeout_s", "0"}, "collective_timeout_s"},
+        BadValue{{"--gpu_memory_gib", "-1"}, "gpu_memory_gib"},
+        BadValue{{"--gpu_memory_gib", "nan"}, "gpu_memory_gib"},
         BadValue{{"--loss", "focal"}, "loss"}, BadValue{{"--mixup_alpha", "-0.2"}, "mixup_alpha"},
         BadValue{{"--cutmix_alpha", "-1"}, "cutmix_alpha"},
         BadValue{{"--ema_warmup_reset", "true"}, "ema_warmup_reset"},

@@ -1,6 +1,7 @@
 #include "src/train/step_graph.h"
 
 #include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -125,11 +126,21 @@ void order_after(const c10::cuda::CUDAStream& first, const c10::cuda::CUDAStream
   event.block(then);
 }
 
-// The device's free memory once the allocator has given back what it caches (after a device
-// synchronisation): what an eager step could allocate.
+// What an eager step could allocate: the device's free memory once the allocator has given back
+// what it caches (after a device synchronisation), and no more than its cap leaves, if capped
+// (gpu_memory_gib).
 int64_t free_device_memory(c10::DeviceIndex device) {
-  c10::cuda::CUDACachingAllocator::emptyCache();
-  return static_cast<int64_t>(c10::cuda::CUDACachingAllocator::get()->getMemoryInfo(device).first);
+  namespace allocator = c10::cuda::CUDACachingAllocator;
+  allocator::emptyCache();
+  int64_t available = static_cast<int64_t>(allocator::get()->getMemoryInfo(device).first);
+  const double fraction = allocator::getMemoryFraction(device);  // of the card's whole memory
+  if (fraction < 1.0) {
+    const auto aggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    const int64_t reserved = allocator::getDeviceStats(device).reserved_bytes[aggregate].current;
+    const double card = static_cast<double>(at::cuda::getDeviceProperties(device)->totalGlobalMem);
+    available = std::min(available, static_cast<int64_t>(fraction * card) - reserved);
+  }
+  return std::max<int64_t>(available, 0);
 }
 
 // Ends a capture whose step threw, and the allocations into its pool, and says so with what threw
