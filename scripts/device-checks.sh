@@ -15,7 +15,8 @@
 #              of a session's device time (the table's figures are the train stage's)
 #   v100       configs/p3.16xlarge.toml's work per GPU (ResNet-50, fp16, 256 images of 224 px) in
 #              a 16 GB V100's memory (gpu_memory_gib 15), eager and with the step as a CUDA graph:
-#              generated images, each epoch 6 full steps, a short one and an evaluation
+#              generated images, each epoch 6 full steps, a short one and an evaluation; then
+#              in 4 GiB, where the run must stop with exit status 2 and say what to change
 #   train      scripts/bench-train.sh: this trainer (CUDA graph, eager, unfused batch norm) next to
 #              PyTorch eager and compiled, fp16 and bf16 at batch 256 and 32, each ending in its
 #              table row (COMPILE_MODE passes through; max-autotune compiles for minutes a run)
@@ -99,12 +100,22 @@ for stage in "${stages[@]}"; do
       for graph in false true; do
         echo "-- cuda_graph $graph"
         rm -rf "${TMPDIR:-/tmp}/device-v100"
-        train --config "$root/configs/p3.16xlarge.toml" --data_source generated --num_classes 10 \
-          --generated_classes 10 --generated_train_images 1636 --generated_val_images 512 \
-          --epoch_order global --epochs 2 --warmup_epochs 1 --log_every_steps 1 \
-          --gpu_memory_gib 15 --cuda_graph "$graph" --output_dir "${TMPDIR:-/tmp}/device-v100" \
-          2>&1 | grep -E 'GPU memory|CUDA graph|img/s|eval epoch|final|error|out of memory'
+        {
+          train --config "$root/configs/p3.16xlarge.toml" --data_source generated --num_classes 10 \
+            --generated_classes 10 --generated_train_images 1636 --generated_val_images 512 \
+            --epoch_order global --epochs 2 --warmup_epochs 1 --log_every_steps 1 \
+            --gpu_memory_gib 15 --cuda_graph "$graph" --output_dir "${TMPDIR:-/tmp}/device-v100" \
+            2>&1 || echo "exit status $?"
+        } | grep -E -A1 'GPU memory|CUDA graph|img/s|eval epoch|final|error|exit status'
       done
+      echo "-- in 4 GiB: the run stops with exit status 2, saying what to change"
+      {
+        status=0
+        train --config "$root/configs/p3.16xlarge.toml" --data_source synthetic --num_classes 10 \
+          --max_steps 5 --gpu_memory_gib 4 --output_dir "${TMPDIR:-/tmp}/device-v100-small" 2>&1 ||
+          status=$?
+        echo "exit status $status"
+      } | grep -E -A1 'GPU memory|memory this run needs|exit status'
       ;;
     train)
       for precision in fp16 bf16; do

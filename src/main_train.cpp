@@ -197,6 +197,14 @@ int main(int argc, char** argv) {
                              ". HINT: a read of the data that does not return (storage) or "
                              "decoding too slow for the deadline (raise collective_timeout_s)",
                          spdlog::level::critical);
+  } catch (const c10::OutOfMemoryError& e) {  // the run's settings, not a fault: a user error
+    return trainer::fail(
+        group, 2,
+        std::string("the GPU has not the memory this run needs: ") + e.what_without_backtrace() +
+            "\nFix: a smaller batch_size with global_batch kept (micro-batches make the same "
+            "step), cuda_graph = false, smaller images (image_size, val_image_size), or a card "
+            "with more memory",
+        spdlog::level::err);
   } catch (const c10::Error& e) {  // LibTorch's own check failed: its message without a backtrace
     return trainer::fail(group, 1, std::string("internal error: ") + e.what_without_backtrace(),
                          spdlog::level::critical);
