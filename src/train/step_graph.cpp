@@ -35,8 +35,8 @@ namespace trainer {
 // libraries' per-stream workspaces made, on a side stream as CUDA requires (never the default
 // stream).
 // Memory: the graph's pool keeps the step's activations between steps, and an eager step
-// allocates its own beside it (256 images of 224 px in fp16, the shipped batch, are about what a
-// 16 GB V100 holds once). So:
+// allocates its own beside it (a 16 GB V100 holds the shipped 256 images of 224 px in fp16 once,
+// by estimate, not twice). So:
 // - Before capture, the allocator's cache goes back to the device: the warm-up steps'
 //   activations, cached by the allocator but free, would otherwise sit beside the graph's.
 // - One graph is kept: a new shape's capture frees the last one's pool, so progressive resizing
