@@ -126,13 +126,18 @@ void order_after(const c10::cuda::CUDAStream& first, const c10::cuda::CUDAStream
   event.block(then);
 }
 
+// The device's free memory as the driver counts it.
+int64_t device_free_bytes(c10::DeviceIndex device) {
+  return static_cast<int64_t>(c10::cuda::CUDACachingAllocator::get()->getMemoryInfo(device).first);
+}
+
 // What an eager step could allocate: the device's free memory once the allocator has given back
 // what it caches (after a device synchronisation), and no more than its cap leaves, if capped
 // (gpu_memory_gib).
 int64_t free_device_memory(c10::DeviceIndex device) {
   namespace allocator = c10::cuda::CUDACachingAllocator;
   allocator::emptyCache();
-  int64_t available = static_cast<int64_t>(allocator::get()->getMemoryInfo(device).first);
+  int64_t available = device_free_bytes(device);
   const double fraction = allocator::getMemoryFraction(device);  // of the card's whole memory
   if (fraction < 1.0) {
     const auto aggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
@@ -197,7 +202,10 @@ at::Tensor StepGraph::run_eager(const at::Tensor& images, const at::Tensor& targ
 
 void StepGraph::capture(const at::Tensor& images, const at::Tensor& targets, const Body& body) {
   free_graph();  // the last shape's, and the memory it holds
-  const int64_t free_before = free_device_memory(device_.index());
+  // The warm-up steps' cached activations back to the device, and the driver's count before, so
+  // that the recording's own size is measured (the cap, if any, does not enter the difference).
+  c10::cuda::CUDACachingAllocator::emptyCache();
+  const int64_t free_before = device_free_bytes(device_.index());
   static_images_ = images.clone();  // the same layout (channels_last stays)
   static_targets_ = targets.clone();
   const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device_.index());
@@ -217,9 +225,7 @@ void StepGraph::capture(const at::Tensor& images, const at::Tensor& targets, con
   for (const at::Tensor& p : params_) static_grads_.push_back(p.grad());
   graph_ = std::move(graph);
   ++captures_;
-  const int64_t after = static_cast<int64_t>(
-      c10::cuda::CUDACachingAllocator::get()->getMemoryInfo(device_.index()).first);
-  graph_bytes_ = std::max<int64_t>(free_before - after, 0);
+  graph_bytes_ = std::max<int64_t>(free_before - device_free_bytes(device_.index()), 0);
   spdlog::info("training step recorded as a CUDA graph: images {}, targets {}, {} MiB",
                c10::str(images.sizes()), c10::str(targets.sizes()), graph_bytes_ >> 20);
 }
