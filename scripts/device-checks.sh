@@ -17,6 +17,10 @@
 #              a 16 GB V100's memory (gpu_memory_gib 15), eager and with the step as a CUDA graph:
 #              generated images, each epoch 6 full steps, a short one and an evaluation; then
 #              in 4 GiB, where the run must stop with exit status 2 and say what to change
+#   numerics   scripts/fused_numerics.py: ResNet-50 trained 200 steps on generated TFRecords with
+#              the fused batch norm and without it (same seed), and without it from another
+#              seed, fp16 and bf16: loss curves and top-1 within the run-to-run spread, the fused
+#              checkpoint evaluated in torchvision as in `train`
 #   train      scripts/bench-train.sh: this trainer (CUDA graph, eager, unfused batch norm) next to
 #              PyTorch eager and compiled, fp16 and bf16 at batch 256 and 32, each ending in its
 #              table row (COMPILE_MODE passes through; max-autotune compiles for minutes a run)
@@ -29,11 +33,21 @@
 # Usage: [TRAIN_ARGS="--cuda_graph true"] scripts/device-checks.sh [STAGE ...]
 # TRAIN_ARGS: keys added to every run of `train` in the recipes, techniques and pipeline stages
 # (e.g. every recipe with the step as a CUDA graph).
-# Output goes to the terminal and to $OUT/device-checks.log (OUT defaults to /tmp/device-out).
+# Output goes to the terminal and to $OUT/device-checks.log (OUT defaults to /tmp/device-out),
+# with each stage's seconds. A failing stage does not stop the next ones; the script then ends
+# by naming the failed stages, with exit status 1.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(tests graph v100 overhead allreduce train pipeline recipes techniques)
+[ ${#stages[@]} -gt 0 ] ||
+  stages=(tests graph v100 numerics overhead allreduce train pipeline recipes techniques)
+known=" tests overhead allreduce graph v100 numerics train pipeline recipes techniques "
+for stage in "${stages[@]}"; do
+  [[ $known == *" $stage "* ]] || {
+    echo "unknown stage $stage (known:$known)" >&2
+    exit 2
+  }
+done
 out=${OUT:-/tmp/device-out}
 mkdir -p "$out"
 exec > >(tee -a "$out/device-checks.log") 2>&1
@@ -59,9 +73,9 @@ echo "== $(date -u +%F) $(nvidia-smi --query-gpu=name,driver_version --format=cs
 read -r -a train_args <<<"${TRAIN_ARGS:-}"
 benchmark=(train --config "$root/configs/one-gpu.toml" --data_source synthetic --benchmark true
   --num_classes 1000 --output_dir "${TMPDIR:-/tmp}/device-bench")
-for stage in "${stages[@]}"; do
-  echo "== $stage"
-  case $stage in
+
+run_stage() {
+  case $1 in
     tests)
       trainer_tests --gtest_filter='Gpu.*:FusedBatchNormGpu.*'
       mpirun -np 1 distributed_tests --gtest_filter='Distributed.Gpu*'
@@ -95,6 +109,10 @@ for stage in "${stages[@]}"; do
       done
       ;;
     allreduce) mpirun -np 1 bench-allreduce ;;
+    numerics)
+      python3 "$root/scripts/fused_numerics.py" --out "${TMPDIR:-/tmp}/device-numerics" \
+        --train-args "${train_args[@]}"
+      ;;
     v100)
       # 15 GiB: a V100's 15.8 less its CUDA context and NCCL's buffers, which the cap leaves out.
       for graph in false true; do
@@ -173,10 +191,28 @@ for stage in "${stages[@]}"; do
         --output_dir "${TMPDIR:-/tmp}/device-smoke" "${train_args[@]}" 2>&1 |
         grep -E 'CUDA graph|eval|final|error'
       ;;
-    *)
-      echo "unknown stage $stage (tests, graph, v100, overhead, allreduce, train, pipeline," \
-        "recipes, techniques)" >&2
-      exit 2
-      ;;
   esac
+}
+
+# A failing stage does not stop the next ones, so that one call of a short device session answers
+# every question asked of it; the failed stages are listed at the end (exit status 1).
+failed=()
+for stage in "${stages[@]}"; do
+  echo "== $stage"
+  started=$SECONDS
+  set +e
+  (
+    set -e
+    run_stage "$stage"
+  )
+  status=$?
+  set -e
+  [ "$status" -eq 0 ] || failed+=("$stage (exit status $status)")
+  # A session's device time is short: what each stage costs, to plan the next call.
+  echo "== $stage took $((SECONDS - started)) s"
 done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "== failed: ${failed[*]}"
+  exit 1
+fi
+echo "== every stage passed"
