@@ -519,5 +519,27 @@ TEST(Training, EagerStepBesideTheGraphIsEstimatedFromTheRecordingScaledByItsImag
             std::numeric_limits<int64_t>::max());
 }
 
+TEST(Training, CudaGraphGoesOnEveryRankWhenOneRankHasNoRoom) {
+  // The ranks' graphs hold their gradient all-reduces, which NCCL needs recorded and replayed
+  // alike on every rank: each rank votes its own want of room, and one want releases them all.
+  std::vector<bool> votes;
+  const auto another_rank_short = [&](bool mine) {
+    votes.push_back(mine);
+    return true;
+  };
+  const auto every_rank_as_this = [&](bool mine) {
+    votes.push_back(mine);
+    return mine;
+  };
+  EXPECT_TRUE(graph_must_go(1, 10, another_rank_short));  // fits here, not there
+  EXPECT_FALSE(graph_must_go(1, 10, every_rank_as_this));
+  EXPECT_TRUE(graph_must_go(20, 10, every_rank_as_this));
+  EXPECT_TRUE(graph_must_go(0, 0, another_rank_short));  // a rank with no work votes too
+  EXPECT_EQ(votes, (std::vector<bool>{false, false, true, false}));
+  // Alone, the rank decides by itself.
+  EXPECT_TRUE(graph_must_go(20, 10, {}));
+  EXPECT_FALSE(graph_must_go(10, 10, {}));
+}
+
 }  // namespace
 }  // namespace trainer

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "base/user_error.h"
 
@@ -29,8 +30,10 @@ namespace trainer {
 // - Eager around it: the input's copy and normalisation, MixUp/CutMix (drawn on the host), the
 //   optimizer and the loss scaler (a handful of fused kernels that read the learning rate from
 //   the host each step), the EMA.
-// - Eager instead of it: micro-batch accumulation and every step of a shape seen fewer than
-//   `warmup_steps` times in a row (a short last step, the first steps at a new image size).
+// - Eager instead of it: micro-batch accumulation, every step of a shape seen fewer than
+//   `warmup_steps` times in a row (a short last step, the first steps at a new image size) and,
+//   with several ranks, every short step (Trainer::accumulate).
+// - The host keeps within two steps of the device (Trainer::limit_lead, Note [The host's lead]).
 // Capture follows warm-up steps of the same shape, which leave cuDNN's autotuning cached and the
 // libraries' per-stream workspaces made, on a side stream as CUDA requires (never the default
 // stream).
@@ -46,6 +49,11 @@ namespace trainer {
 //   not, the graph is released first and recorded again, without warm-up, at the next step of
 //   its shape: on a tight card once an epoch, where a card with room keeps it. Evaluation asks
 //   the same with its first batch, an estimate well above what its forward passes take.
+// - With several ranks the decision is the ranks' (a sum of their wants of room): each graph
+//   holds the gradient all-reduce, and NCCL requires collectives in graphs to be recorded and
+//   replayed alike on every rank, so one rank cannot release and record again alone. Every rank
+//   asks at the same points (the trainer runs a short step eagerly on all of them, and a rank with
+//   no images or no evaluation batch still votes).
 // Capture is thread-local: the collective watchdog goes on querying the events of earlier steps
 // from its own thread, and the gradient reducer does not ask it to watch a stream being captured
 // (a captured event cannot be queried); the trainer has it watch each replay instead.
@@ -95,6 +103,7 @@ StepGraph::StepGraph(c10::Device device, std::vector<at::Tensor> params, StepGra
       params_(std::move(params)),
       side_stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index())),
       memory_margin_(options.memory_margin),
+      any_rank_(std::move(options.any_rank)),
       schedule_(options.warmup_steps) {
   TORCH_INTERNAL_ASSERT(device.is_cuda(), "a CUDA graph needs a CUDA device");
 }
@@ -148,32 +157,51 @@ int64_t free_device_memory(c10::DeviceIndex device) {
   return std::max<int64_t>(available, 0);
 }
 
-// Ends a capture whose step threw, and the allocations into its pool, and says so with what threw
-// (without LibTorch's backtrace).
+// A recording that failed, with what failed (without LibTorch's backtrace) and the fix.
+UserError capture_error(const std::exception& error) {
+  const auto* torch_error = dynamic_cast<const c10::Error*>(&error);
+  return UserError(
+      detail::concat("the training step could not be recorded as a CUDA graph: ",
+                     torch_error ? torch_error->what_without_backtrace() : error.what(),
+                     "\nFix: cuda_graph = false (the step runs eagerly, as before)"));
+}
+
+// Ends a capture whose step threw, and the allocations into its pool, and says what threw.
 [[noreturn]] void abandon_capture(at::cuda::CUDAGraph& graph, const std::exception& error) {
   try {
     graph.capture_end();
   } catch (const std::exception&) {  // the capture was invalidated: nothing to keep
   }
-  const auto* torch_error = dynamic_cast<const c10::Error*>(&error);
-  throw UserError(detail::concat("the training step could not be recorded as a CUDA graph: ",
-                                 torch_error ? torch_error->what_without_backtrace() : error.what(),
-                                 "\nFix: cuda_graph = false (the step runs eagerly, as before)"));
+  throw capture_error(error);
 }
 
 }  // namespace
 
+bool graph_must_go(int64_t needed, int64_t free, const std::function<bool(bool)>& any_rank) {
+  const bool short_here = needed > free;
+  return any_rank ? any_rank(short_here) : short_here;
+}
+
 void StepGraph::make_room(const at::Tensor& images, const char* what) {
-  if (!graph_) return;
-  const int64_t needed =
-      eager_step_bytes(graph_bytes_, images.numel(), static_images_.numel(), memory_margin_);
-  const int64_t free = free_device_memory(device_.index());
-  if (needed <= free) return;
-  spdlog::info(
-      "the step's CUDA graph ({} MiB) released for {} on images {}, which may need up to {} "
-      "MiB with {} MiB free; recorded again at the next step of images {}",
-      graph_bytes_ >> 20, what, c10::str(images.sizes()), needed >> 20, free >> 20,
-      c10::str(static_images_.sizes()));
+  if (!graph_) return;  // as on every rank: they record at the same steps
+  int64_t needed = 0, free = 0;
+  if (images.defined()) {
+    needed = eager_step_bytes(graph_bytes_, images.numel(), static_images_.numel(), memory_margin_);
+    free = free_device_memory(device_.index());
+  }
+  if (!graph_must_go(needed, free, any_rank_)) return;
+  if (needed > free)
+    spdlog::info(
+        "the step's CUDA graph ({} MiB) released for {} on images {}, which may need up to {} "
+        "MiB with {} MiB free; recorded again at the next step of images {}",
+        graph_bytes_ >> 20, what, c10::str(images.sizes()), needed >> 20, free >> 20,
+        c10::str(static_images_.sizes()));
+  else
+    spdlog::info(
+        "the step's CUDA graph ({} MiB) released for {}: another rank has no room beside its "
+        "own, and the ranks' graphs hold their all-reduces alike; recorded again at the next "
+        "step of images {}",
+        graph_bytes_ >> 20, what, c10::str(static_images_.sizes()));
   free_graph();
   schedule_.release();
   ++releases_;
@@ -219,7 +247,11 @@ void StepGraph::capture(const at::Tensor& images, const at::Tensor& targets, con
     } catch (const std::exception& e) {
       abandon_capture(*graph, e);
     }
-    graph->capture_end();
+    try {
+      graph->capture_end();
+    } catch (const std::exception& e) {  // the step did what a capture cannot hold
+      throw capture_error(e);
+    }
   }
   order_after(side_stream_, current);
   for (const at::Tensor& p : params_) static_grads_.push_back(p.grad());

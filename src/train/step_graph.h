@@ -52,6 +52,10 @@ class CaptureSchedule {
 int64_t eager_step_bytes(int64_t graph_bytes, int64_t step_image_elements,
                          int64_t recorded_image_elements, double margin);
 
+// Whether the graph goes to make room for work beside it: when `needed` bytes do not fit in `free`
+// here or, asked with `any_rank` (StepGraphOptions), on another rank.
+bool graph_must_go(int64_t needed, int64_t free, const std::function<bool(bool)>& any_rank);
+
 struct StepGraphOptions {
   // Eager steps of one input shape before it is recorded (cuDNN's autotuning, the libraries'
   // per-stream workspaces).
@@ -59,6 +63,11 @@ struct StepGraphOptions {
   // eager_step_bytes' margin: an eager step runs beside the graph only when its estimate fits in
   // the device's free memory; otherwise the graph is released first.
   double memory_margin = 1.25;
+  // With several ranks: whether any rank's flag is true, a collective every rank calls in the same
+  // order. Each rank's graph records the gradient all-reduce, and NCCL requires the ranks to
+  // record and replay their collectives alike, so one rank's want of room releases every rank's
+  // graph. Empty: this rank decides alone.
+  std::function<bool(bool)> any_rank;
 };
 
 class StepGraph {
@@ -87,7 +96,10 @@ class StepGraph {
 
   // Releases the graph when work on `images` beside it (`what`: an eager step, evaluation, whose
   // forward passes take less) would not fit in the device's free memory by estimate
-  // (eager_step_bytes); the graph is recorded again at the next step of its shape.
+  // (eager_step_bytes), here or, with `any_rank`, on another rank; the graph is recorded again
+  // at the next step of its shape. With `any_rank` every rank calls it at the same points: one
+  // with no work there (an empty share of a short step, no evaluation batch) with `images`
+  // undefined.
   void make_room(const at::Tensor& images, const char* what);
 
  private:
@@ -100,6 +112,7 @@ class StepGraph {
   std::vector<at::Tensor> params_;
   c10::cuda::CUDAStream side_stream_;  // warm-up and capture: never the default stream
   double memory_margin_;
+  std::function<bool(bool)> any_rank_;
   CaptureSchedule schedule_;
   // The captured step. Members below the graph are destroyed first: its memory pool outlives
   // the tensors it holds.

@@ -97,8 +97,12 @@ Trainer::Trainer(const TrainerOptions& options, c10::Device device, ProcessGroup
     broadcast_from_rank0(model_->buffers(), *group_, "the broadcast of rank 0's BN statistics");
     reducer_ = std::make_unique<GradientReducer>(tensors_of(trained), *group_, options.reducer);
   }
-  if (device.is_cuda() && options.cuda_graph)
-    graph_ = std::make_unique<StepGraph>(device, tensors_of(trained));
+  if (device.is_cuda() && options.cuda_graph) {
+    StepGraphOptions graph_options;
+    if (group_ && group_->size() > 1)  // the ranks release their graphs together
+      graph_options.any_rank = [group = group_](bool flag) { return group->sum(flag) > 0; };
+    graph_ = std::make_unique<StepGraph>(device, tensors_of(trained), graph_options);
+  }
   if (options.ema_decay > 0) {
     ResNet average = build_model(options);
     average->to(device);
@@ -131,11 +135,6 @@ std::pair<at::Tensor, at::Tensor> Trainer::mix(const at::Tensor& images, const a
 
 std::pair<at::Tensor, at::Tensor> Trainer::step_inputs(const Batch& batch) {
   return mix(prepare_images(batch.images), batch.labels.to(device_, /*non_blocking=*/true));
-}
-
-at::Tensor Trainer::forward_backward(const Batch& batch, double loss_weight) {
-  const auto [images, targets] = step_inputs(batch);
-  return forward_backward(images, targets, loss_weight);
 }
 
 at::Tensor Trainer::forward_backward(const at::Tensor& images, const at::Tensor& targets,
@@ -176,13 +175,21 @@ at::Tensor Trainer::accumulate(const Batch& batch, double loss_weight, bool last
   if (reducer_) reducer_->set_accumulating(!last);
   const bool empty = batch.labels.size(0) == 0;
   TORCH_INTERNAL_ASSERT(!empty || reducer_, "an empty batch only happens with several ranks");
+  // A step of one micro-batch may be the graph's. With several ranks only a full step, where every
+  // rank's weight is 1: in a short one every rank runs eagerly, and every rank, with images or
+  // not, takes part in make_room's decision, so that the ranks' graphs stay alike.
+  const bool with_graph = graph_ && micro_batch_ == 0 && last;
   at::Tensor loss;
-  if (empty)
-    loss = at::zeros({}, at::TensorOptions().device(device_));
-  else if (graph_ && micro_batch_ == 0 && last)  // a step of one micro-batch
+  if (with_graph && loss_weight == 1.0) {
     loss = graphed_step(batch, loss_weight);
-  else
-    loss = forward_backward(batch, loss_weight);
+  } else if (empty) {
+    if (with_graph) graph_->make_room(at::Tensor(), "an eager step");
+    loss = at::zeros({}, at::TensorOptions().device(device_));
+  } else {
+    const auto [images, targets] = step_inputs(batch);
+    if (with_graph) graph_->make_room(images, "an eager step");
+    loss = forward_backward(images, targets, loss_weight);
+  }
   ++micro_batch_;
   return loss;
 }
@@ -227,8 +234,25 @@ void Trainer::end_step(double lr, bool ema_copies) {
     const StepPhase phase("EMA");
     ema_->update(step_, ema_copies);
   }
+  if (graph_) limit_lead();
   step_phase_.reset();
   profiler_.after_step(step_);
+}
+
+// Note [The host's lead]
+// Eagerly a step is some 600 launches, and CUDA's launch queue keeps the host within about two
+// steps of the device. Replaying a graph, a step is a few dozen, and the host could run some 30
+// steps ahead: each holding its batch in pinned memory until its copy runs (38 MB at 256 images
+// of 224 px), and a stop's checkpoint waiting for all of them on the device (on a V100, 0.2-0.3 s
+// a step: seconds of the launcher's 20 s grace). So the host waits for the step kStepsAhead back
+// to end: work queued long before, while the device has the steps since to run.
+void Trainer::limit_lead() {
+  constexpr size_t kStepsAhead = 2;
+  steps_on_device_.emplace_back(cudaEventDisableTiming);
+  steps_on_device_.back().record(c10::cuda::getCurrentCUDAStream(device_.index()));
+  if (steps_on_device_.size() <= kStepsAhead) return;
+  steps_on_device_.front().synchronize();
+  steps_on_device_.pop_front();
 }
 
 EvalResult Trainer::evaluate(BatchSource& source, bool ema, bool per_class) {
@@ -268,6 +292,7 @@ EvalResult Trainer::evaluate(BatchSource& source, bool ema, bool per_class) {
     }
     images += batch.labels.size(0);
   }
+  if (graph_ && images == 0) graph_->make_room(at::Tensor(), "evaluation");  // the others' vote
   set_training_mode();
   EvalResult result{images, top1.item<int64_t>(), top5.item<int64_t>()};
   if (group_) {

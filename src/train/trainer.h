@@ -10,6 +10,7 @@
 #include <c10/core/MemoryFormat.h>
 
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -136,12 +137,14 @@ class Trainer {
   at::Tensor prepare_images(const at::Tensor& images) const;
 
  private:
-  // Forward and scaled backward of a non-empty batch; returns its mean loss (detached).
-  at::Tensor forward_backward(const Batch& batch, double loss_weight);
+  // Forward and scaled backward of a non-empty batch's step_inputs; returns its mean loss
+  // (detached).
   at::Tensor forward_backward(const at::Tensor& images, const at::Tensor& targets,
                               double loss_weight);
   // A step of one micro-batch through graph_: forward, backward and the gradient all-reduce.
   at::Tensor graphed_step(const Batch& batch, double loss_weight);
+  // Waits for the step kStepsAhead back to end on the device (Note [The host's lead]).
+  void limit_lead();
   // The batch's images and targets after MixUp or CutMix (class indices when both are off).
   std::pair<at::Tensor, at::Tensor> mix(const at::Tensor& images, const at::Tensor& labels);
   // The batch on the device as the step takes it: (N, 3, H, W) images, prepared and mixed, and
@@ -165,10 +168,11 @@ class Trainer {
   LossScaler scaler_;
   LossOptions loss_;
   MixingOptions mixing_;
-  int64_t micro_batch_ = 0;             // micro-batches of this step so far (the mixing draw)
-  std::unique_ptr<StepGraph> graph_;    // with cuda_graph on the GPU
-  bool reduced_ = false;                // this step's gradients are averaged already (graph_)
-  std::unique_ptr<WeightAverage> ema_;  // with ema_decay or ema_half_life_images set
+  int64_t micro_batch_ = 0;           // micro-batches of this step so far (the mixing draw)
+  std::unique_ptr<StepGraph> graph_;  // with cuda_graph on the GPU
+  bool reduced_ = false;              // this step's gradients are averaged already (graph_)
+  std::deque<at::cuda::CUDAEvent> steps_on_device_;  // the last steps' ends (limit_lead)
+  std::unique_ptr<WeightAverage> ema_;               // with ema_decay or ema_half_life_images set
   // Start of forward / end of backward of the last step: compute time per rank, for stragglers.
   std::optional<at::cuda::CUDAEvent> step_start_, step_backward_done_;
   double last_step_host_ms_ = 0;  // the same on the CPU, where steps run synchronously
