@@ -19,8 +19,8 @@
 #              in 4 GiB, where the run must stop with exit status 2 and say what to change
 #   numerics   scripts/fused_numerics.py: ResNet-50 trained 200 steps on generated TFRecords with
 #              the fused batch norm and without it (same seed), and without it from another
-#              seed, fp16 and bf16: loss curves and top-1 within the run-to-run spread, the fused
-#              checkpoint evaluated in torchvision as in `train`
+#              seed, fp16 and bf16: loss curves and top-1 within the run-to-run spread, and the
+#              fused checkpoint giving in torchvision the logits it gives in the trainer's model
 #   train      scripts/bench-train.sh: this trainer (CUDA graph, eager, unfused batch norm) next to
 #              PyTorch eager and compiled, fp16 and bf16 at batch 256 and 32, each ending in its
 #              table row (COMPILE_MODE passes through; max-autotune compiles for minutes a run)
@@ -31,8 +31,8 @@
 #   techniques the recipes' techniques on the GPU: `train --benchmark` (bf16) with each one on
 #              against none, then the smoke run in fp16 with all of them on (EMA evaluated)
 # Usage: [TRAIN_ARGS="--cuda_graph true"] scripts/device-checks.sh [STAGE ...]
-# TRAIN_ARGS: keys added to every run of `train` in the recipes, techniques and pipeline stages
-# (e.g. every recipe with the step as a CUDA graph).
+# TRAIN_ARGS: keys added to every run of `train` in the numerics, recipes, techniques and
+# pipeline stages (e.g. every recipe with the step as a CUDA graph).
 # Output goes to the terminal and to $OUT/device-checks.log (OUT defaults to /tmp/device-out),
 # with each stage's seconds. A failing stage does not stop the next ones; the script then ends
 # by naming the failed stages, with exit status 1.

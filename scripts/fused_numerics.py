@@ -185,8 +185,8 @@ def torchvision_check(args, binary, data, fused):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("/tmp/fused-numerics"))
-    parser.add_argument("--bin-dir", type=pathlib.Path, help="where train and generate-dataset "
-                        "are (default: PATH)")
+    parser.add_argument("--bin-dir", type=pathlib.Path, help="where train, generate-dataset and "
+                        "resnet_parity_tool are, or in its tests/ (default: PATH)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--precisions", nargs="+", default=["fp16", "bf16"])
     parser.add_argument("--arch", default="resnet50")
