@@ -49,6 +49,11 @@ void log_startup(const Trainer& trainer, const at::Tensor& loss, int64_t step,
 // With global_batch set: how this world size reaches it (Note [Fixed global batch]).
 void log_accumulation(const Config& config) {
   if (config.global_batch == 0) return;
+  if (config.cuda_graph && config.micro_batches() > 1)
+    spdlog::info(
+        "cuda_graph is off for this run: a step is {} micro-batches per rank, and the graph "
+        "records a step of one (global_batch <= batch_size x ranks makes it one)",
+        config.micro_batches());
   const int64_t micro = config.micro_batch_size();
   const std::string how =
       std::to_string(config.micro_batches()) + " micro-batch(es) of " + std::to_string(micro) +

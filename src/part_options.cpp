@@ -59,7 +59,7 @@ TrainerOptions trainer_options(const Config& c) {
   o.seed = c.seed;
   o.autocast_dtype = autocast_dtype(c.precision);
   o.channels_last = c.channels_last;
-  o.cuda_graph = c.cuda_graph;
+  o.cuda_graph = c.cuda_graph && c.micro_batches() == 1;  // Note [The step as a CUDA graph]
   o.model.pad_stem_input = c.pad_stem_input;
   o.classifier_only = c.trainable == Trainable::kClassifier;
   o.optimizer = {c.optimizer,    c.momentum,          c.nesterov,

@@ -502,6 +502,28 @@ TEST(Training, CudaGraphReleasedForAnEagerStepIsRecordedAgainWithoutWarmUp) {
     EXPECT_EQ(static_cast<int>(actions[i]), static_cast<int>(expected[i])) << "step " << i;
 }
 
+TEST(Training, CudaGraphNeverRecordsAnEpochsShortStep) {
+  // Each epoch's last step is short, once an epoch: it never warms up in a row, however many
+  // epochs see it, and the full step's recording stays.
+  using Action = CaptureSchedule::Action;
+  auto shape = [](int64_t batch) {
+    return StepShape::of(torch::empty({batch, 3, 224, 224}), torch::empty({batch}, torch::kLong),
+                         1.0);
+  };
+  CaptureSchedule schedule(3);
+  int full_captures = 0, short_captures = 0, eager_full_steps = 0;
+  for (int epoch = 0; epoch < 8; ++epoch)
+    for (int64_t batch : {256, 256, 256, 256, 256, 256, 100}) {
+      const Action action = schedule.next(shape(batch));
+      const bool full = batch == 256;
+      if (action == Action::kCapture) ++(full ? full_captures : short_captures);
+      if (action == Action::kEager && full) ++eager_full_steps;
+    }
+  EXPECT_EQ(full_captures, 1);
+  EXPECT_EQ(short_captures, 0);
+  EXPECT_EQ(eager_full_steps, 3);  // the first epoch's warm-up only
+}
+
 // Whether an eager step fits beside the graph, at the shipped setting this matters for: 256
 // images of 224 px in fp16 on a 16 GB V100, where the recorded step holds most of the card.
 TEST(Training, EagerStepBesideTheGraphIsEstimatedFromTheRecordingScaledByItsImages) {

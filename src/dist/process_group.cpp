@@ -122,10 +122,10 @@ void ProcessGroup::broadcast_(at::Tensor& tensor, int root, cudaStream_t stream)
   comm_->broadcast_(tensor, root);
 }
 
-int64_t ProcessGroup::sum(int64_t value) {
+int64_t ProcessGroup::sum(int64_t value, const char* what) {
   if (!comm_) return value;
   at::Tensor total = at::full({1}, value, at::kLong);
-  HostCollective watched(watchdog_, "the sum of a count");
+  HostCollective watched(watchdog_, what);
   comm_->allreduce_sum_(total);
   return total.item<int64_t>();
 }

@@ -69,8 +69,8 @@ class ProcessGroup {
   // Overwrites `tensor` on every rank with rank `root`'s, like allreduce_sum_.
   void broadcast_(at::Tensor& tensor, int root, cudaStream_t stream = nullptr);
 
-  // Host values (identity in a world of one).
-  int64_t sum(int64_t value);
+  // Host values (identity in a world of one); `what` names the sum if it times out.
+  int64_t sum(int64_t value, const char* what = "the sum of a count");
   // The same sum, started now and read later: returns at once, and the returned function waits
   // for the sum (timed by the watchdog, named `what`) and returns it. Other collectives may run
   // while it is under way. Every rank starts them in the same order and reads each once.

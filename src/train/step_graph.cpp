@@ -30,9 +30,11 @@ namespace trainer {
 // - Eager around it: the input's copy and normalisation, MixUp/CutMix (drawn on the host), the
 //   optimizer and the loss scaler (a handful of fused kernels that read the learning rate from
 //   the host each step), the EMA.
-// - Eager instead of it: micro-batch accumulation, every step of a shape seen fewer than
-//   `warmup_steps` times in a row (a short last step, the first steps at a new image size) and,
-//   with several ranks, every short step (Trainer::accumulate).
+// - Eager instead of it: every step of a shape seen fewer than `warmup_steps` times in a row (a
+//   short last step, the first steps at a new image size) and, with several ranks, every short
+//   step where the ranks' shares differ (Trainer::accumulate). With micro-batch accumulation the
+//   graph is off (trainer_options): its steps would run eagerly beside a recording of the short
+//   step's one micro-batch, which no make_room sizes.
 // - The host keeps within two steps of the device (Trainer::limit_lead, Note [The host's lead]).
 // Capture follows warm-up steps of the same shape, which leave cuDNN's autotuning cached and the
 // libraries' per-stream workspaces made, on a side stream as CUDA requires (never the default
@@ -69,7 +71,10 @@ bool StepShape::operator==(const StepShape& other) const {
 }
 
 CaptureSchedule::Action CaptureSchedule::next(const StepShape& shape) {
-  if (recorded_ && *recorded_ == shape) return Action::kReplay;
+  if (recorded_ && *recorded_ == shape) {
+    warming_.reset();  // a shape warms up in a row: an epoch's short step, once each, never does
+    return Action::kReplay;
+  }
   if (warming_ && *warming_ == shape) {
     ++warm_steps_;
   } else {

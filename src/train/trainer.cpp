@@ -100,7 +100,9 @@ Trainer::Trainer(const TrainerOptions& options, c10::Device device, ProcessGroup
   if (device.is_cuda() && options.cuda_graph) {
     StepGraphOptions graph_options;
     if (group_ && group_->size() > 1)  // the ranks release their graphs together
-      graph_options.any_rank = [group = group_](bool flag) { return group->sum(flag) > 0; };
+      graph_options.any_rank = [group = group_](bool flag) {
+        return group->sum(flag, "the ranks' vote on releasing the CUDA graph") > 0;
+      };
     graph_ = std::make_unique<StepGraph>(device, tensors_of(trained), graph_options);
   }
   if (options.ema_decay > 0) {
@@ -180,7 +182,7 @@ at::Tensor Trainer::accumulate(const Batch& batch, double loss_weight, bool last
   // not, takes part in make_room's decision, so that the ranks' graphs stay alike.
   const bool with_graph = graph_ && micro_batch_ == 0 && last;
   at::Tensor loss;
-  if (with_graph && loss_weight == 1.0) {
+  if (with_graph && loss_weight == 1.0 && !empty) {
     loss = graphed_step(batch, loss_weight);
   } else if (empty) {
     if (with_graph) graph_->make_room(at::Tensor(), "an eager step");
@@ -248,7 +250,8 @@ void Trainer::end_step(double lr, bool ema_copies) {
 // to end: work queued long before, while the device has the steps since to run.
 void Trainer::limit_lead() {
   constexpr size_t kStepsAhead = 2;
-  steps_on_device_.emplace_back(cudaEventDisableTiming);
+  // Blocking: the host thread sleeps rather than spin a core the decoders could use.
+  steps_on_device_.emplace_back(cudaEventDisableTiming | cudaEventBlockingSync);
   steps_on_device_.back().record(c10::cuda::getCurrentCUDAStream(device_.index()));
   if (steps_on_device_.size() <= kStepsAhead) return;
   steps_on_device_.front().synchronize();
@@ -266,16 +269,18 @@ EvalResult Trainer::evaluate(BatchSource& source, bool ema, bool per_class) {
   at::Tensor class_counts =
       per_class ? at::zeros({2, options_.model.num_classes}, top1.options()) : at::Tensor();
   int64_t images = 0;
+  bool voted = false;  // on make_room: once per evaluation on every rank, batches or none
   source.start_epoch(0);
   for (int64_t b = source.batches_left(); b > 0; --b) {
     Batch batch = source.next_batch();
     at::Tensor labels = batch.labels.to(device_, /*non_blocking=*/true).unsqueeze(1);  // (N, 1)
     at::Tensor logits;
-    const bool first_batch = images == 0;
+
     {
       AutocastGuard autocast(device_.type(), autocast_dtype_);
       const at::Tensor images = prepare_images(batch.images);  // (N, 3, S, S)
-      if (graph_ && first_batch) graph_->make_room(images, "evaluation");
+      if (graph_ && !voted) graph_->make_room(images, "evaluation");
+      voted = true;
       logits = model->forward(images);  // (N, classes)
       // The sum ranks as the mean does: FFCV's flip test-time augmentation.
       if (options_.eval_flip) logits = logits + model->forward(images.flip({3}));
@@ -292,7 +297,7 @@ EvalResult Trainer::evaluate(BatchSource& source, bool ema, bool per_class) {
     }
     images += batch.labels.size(0);
   }
-  if (graph_ && images == 0) graph_->make_room(at::Tensor(), "evaluation");  // the others' vote
+  if (graph_ && !voted) graph_->make_room(at::Tensor(), "evaluation");  // the others' vote
   set_training_mode();
   EvalResult result{images, top1.item<int64_t>(), top5.item<int64_t>()};
   if (group_) {
