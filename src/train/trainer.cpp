@@ -177,9 +177,10 @@ at::Tensor Trainer::accumulate(const Batch& batch, double loss_weight, bool last
   if (reducer_) reducer_->set_accumulating(!last);
   const bool empty = batch.labels.size(0) == 0;
   TORCH_INTERNAL_ASSERT(!empty || reducer_, "an empty batch only happens with several ranks");
-  // A step of one micro-batch may be the graph's. With several ranks only a full step, where every
-  // rank's weight is 1: in a short one every rank runs eagerly, and every rank, with images or
-  // not, takes part in make_room's decision, so that the ranks' graphs stay alike.
+  // A step of one micro-batch may be the graph's when its weight is 1. With several ranks that is
+  // so on every rank or on none (a full step, or a short one dealt evenly): in the other short
+  // steps every rank runs eagerly here, and every rank, with images or not, takes part in
+  // make_room's decision, so that the ranks' graphs stay alike.
   const bool with_graph = graph_ && micro_batch_ == 0 && last;
   at::Tensor loss;
   if (with_graph && loss_weight == 1.0 && !empty) {
@@ -275,7 +276,6 @@ EvalResult Trainer::evaluate(BatchSource& source, bool ema, bool per_class) {
     Batch batch = source.next_batch();
     at::Tensor labels = batch.labels.to(device_, /*non_blocking=*/true).unsqueeze(1);  // (N, 1)
     at::Tensor logits;
-
     {
       AutocastGuard autocast(device_.type(), autocast_dtype_);
       const at::Tensor images = prepare_images(batch.images);  // (N, 3, S, S)
