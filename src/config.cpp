@@ -90,7 +90,7 @@ void add_options(CLI::App& app, Config& c) {
   add("Device", "fused_batch_norm", c.fused_batch_norm,
       "cuDNN's fused BN+ReLU and BN+add+ReLU on the GPU (fp16/bf16, channels_last)");
   add("Device", "cuda_graph", c.cuda_graph,
-      "the step's forward, backward and all-reduce replayed as one CUDA graph (GPU)");
+      "the step's forward, backward, all-reduce and update replayed as one CUDA graph (GPU)");
   add("Device", "pad_stem_input", c.pad_stem_input,
       "the stem convolution reads 4 channels, the 4th zero (cuDNN's NHWC kernels)");
   add("Device", "gpu_memory_gib", c.gpu_memory_gib,

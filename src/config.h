@@ -66,8 +66,8 @@ struct Config {
   // (fp16/bf16, channels_last, training); false: ATen's separate ops
   // (models/cuda/fused_batch_norm.h).
   bool fused_batch_norm = true;
-  // The training step's forward, backward and gradient all-reduce recorded once as a CUDA graph
-  // and replayed each step (src/train/step_graph.h); ignored on the CPU.
+  // The training step's forward, backward, gradient all-reduce and update recorded once as a CUDA
+  // graph and replayed each step (src/train/step_graph.h); ignored on the CPU.
   bool cuda_graph = false;
   // The stem's convolution on 4 input channels, the 4th zero (models/resnet.h); same results.
   bool pad_stem_input = false;

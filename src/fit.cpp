@@ -204,9 +204,9 @@ class TrainingLoop {
     const int64_t epoch = at_.epoch, global = config_.images_per_step();
     const int64_t step_images = step_samples(samples_, at_.samples_in_epoch, global);
     const double lr = schedule_.at(epoch * samples_ + at_.samples_in_epoch, step_images);
-    trainer_.begin_step();
+    trainer_.begin_step(lr);
     const auto [loss_sum, rows] = accumulate_micro_batches(step_images);
-    trainer_.end_step(lr, ema_copies(epoch * samples_ + at_.samples_in_epoch));
+    trainer_.end_step(ema_copies(epoch * samples_ + at_.samples_in_epoch));
     const at::Tensor loss = loss_sum / static_cast<double>(std::max<int64_t>(rows, 1));
     interval_.add(loss, rows, step_images);
     if (++steps_this_run_ == 1) log_startup(trainer_, loss, at_.step + 1, metrics_);

@@ -368,10 +368,10 @@ TEST(Distributed, TwoMicroBatchesStepLikeTheirUnion) {
   one.model()->eval();
   accumulated.model()->eval();
   one.train_step(whole, /*lr=*/1.0);
-  accumulated.begin_step();
+  accumulated.begin_step(/*lr=*/1.0);
   accumulated.accumulate(half(0), /*loss_weight=*/0.5, /*last=*/false);
   accumulated.accumulate(half(4), /*loss_weight=*/0.5, /*last=*/true);
-  accumulated.end_step(/*lr=*/1.0);
+  accumulated.end_step();
   const auto expected = one.model()->named_parameters();
   for (const auto& item : accumulated.model()->named_parameters())
     EXPECT_TRUE(torch::allclose(item.value(), expected[item.key()], 1e-4, 1e-6))

@@ -216,40 +216,47 @@ TEST_F(Gpu, ResumeWithTheCudaGraphContinuesAsTheUninterruptedRun) {
 // An eager step beside the graph (a short last step): with room (a small network on a large
 // card) the graph stays; without (an endless margin: no step fits) it is released, the step runs
 // eagerly, and the next full step records it again at once, without another warm-up. Either way
-// every step's loss and gradients are the eager step's.
+// every step's loss and updated weights are the eager step's.
 void expect_graph_makes_room(double memory_margin, int64_t expected_captures) {
   const torch::Device device(torch::kCUDA, 0);
-  torch::manual_seed(0);
-  torch::nn::Sequential net(torch::nn::Linear(64, 256), torch::nn::ReLU(),
-                            torch::nn::Linear(256, 10));
-  net->to(device);
-  const std::vector<at::Tensor> params = net->parameters();
-  auto zero_grad = [&] {
-    for (const at::Tensor& p : params) p.mutable_grad().reset();
+  auto make_net = [&] {
+    torch::manual_seed(0);
+    torch::nn::Sequential net(torch::nn::Linear(64, 256), torch::nn::ReLU(),
+                              torch::nn::Linear(256, 10));
+    net->to(device);
+    return net;
   };
-  auto body = [&](const at::Tensor& inputs, const at::Tensor& targets) {
-    at::Tensor loss = torch::cross_entropy_loss(net->forward(inputs), targets);
-    loss.backward();
-    return loss.detach();
+  torch::nn::Sequential eager = make_net(), graphed = make_net();
+  // A step as the trainer's: forward, backward, the weights updated in place, the gradients
+  // dropped after it.
+  auto step_of = [](torch::nn::Sequential net) {
+    return [net](const at::Tensor& inputs, const at::Tensor& targets) mutable {
+      at::Tensor loss = torch::cross_entropy_loss(net->forward(inputs), targets);
+      loss.backward();
+      const torch::NoGradGuard no_grad;
+      for (const at::Tensor& p : net->parameters()) p.sub_(p.grad(), /*alpha=*/0.1);
+      return loss.detach();
+    };
   };
-  StepGraph graph(device, params, StepGraphOptions{/*warmup_steps=*/2, memory_margin});
+  auto zero_grad = [](torch::nn::Sequential net) {
+    for (const at::Tensor& p : net->parameters()) p.mutable_grad().reset();
+  };
+  StepGraph graph(device, StepGraphOptions{/*warmup_steps=*/2, memory_margin});
   const std::vector<int64_t> batches = {32, 32, 32, 32, 20, 32, 32};
   for (size_t step = 0; step < batches.size(); ++step) {
     const at::Tensor inputs = torch::randn({batches[step], 64}, device);
     const at::Tensor targets =
         torch::randint(0, 10, {batches[step]}, inputs.options().dtype(at::kLong));
-    zero_grad();
-    const at::Tensor want = body(inputs, targets);
-    std::vector<at::Tensor> want_grads;
-    for (const at::Tensor& p : params) want_grads.push_back(p.grad().clone());
-    zero_grad();
-    const at::Tensor loss = graph.run(inputs, targets, 1.0, body);
+    const at::Tensor want = step_of(eager)(inputs, targets);
+    zero_grad(eager);
+    const at::Tensor loss = graph.run(inputs, targets, 1.0, step_of(graphed));
+    zero_grad(graphed);
     EXPECT_TRUE(torch::allclose(loss, want, 1e-4, 1e-6)) << "step " << step;
-    for (size_t i = 0; i < params.size(); ++i)
-      EXPECT_TRUE(torch::allclose(params[i].grad(), want_grads[i], 1e-4, 1e-6))
+    const std::vector<at::Tensor> got = graphed->parameters(), expected = eager->parameters();
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_TRUE(torch::allclose(got[i], expected[i], 1e-4, 1e-6))
           << "step " << step << ", parameter " << i;
   }
-  zero_grad();
   EXPECT_EQ(graph.captures(), expected_captures);
   EXPECT_EQ(graph.releases(), expected_captures - 1);
   EXPECT_EQ(graph.replays(), 4);  // steps 2, 3, 5 and 6

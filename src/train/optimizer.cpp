@@ -29,14 +29,18 @@ Optimizer::Optimizer(const NamedParameters& params, const OptimizerOptions& opti
     group.params.push_back(p);
     if (options.momentum > 0) group.momentum.push_back(at::zeros_like(p));
   }
+  const c10::Device device = params.empty() ? c10::Device(c10::kCPU) : params[0].second.device();
+  lr_ = at::zeros({}, at::TensorOptions().device(device).dtype(at::kFloat));
 }
 
-void Optimizer::step(double lr, const std::optional<at::Tensor>& found_inf) {
+void Optimizer::set_lr(double lr) { lr_.fill_(lr); }
+
+void Optimizer::step(const std::optional<at::Tensor>& found_inf) {
   at::NoGradGuard no_grad;
-  for (Group& group : groups_) step_group(group, lr, found_inf);
+  for (Group& group : groups_) step_group(group, found_inf);
 }
 
-void Optimizer::step_group(Group& group, double lr, const std::optional<at::Tensor>& found_inf) {
+void Optimizer::step_group(Group& group, const std::optional<at::Tensor>& found_inf) {
   std::vector<at::Tensor> params, grads, momentum;
   for (size_t i = 0; i < group.params.size(); ++i) {
     const at::Tensor& grad = group.params[i].grad();
@@ -55,7 +59,7 @@ void Optimizer::step_group(Group& group, double lr, const std::optional<at::Tens
     weight_decay = 0;
   }
   // Momentum buffers start at zero, so buf = momentum * 0 + g on the first step either way.
-  at::_fused_sgd_(params, grads, momentum, weight_decay, options_.momentum, lr,
+  at::_fused_sgd_(params, grads, momentum, weight_decay, options_.momentum, lr_,
                   /*dampening=*/0.0, options_.nesterov, /*maximize=*/false,
                   /*is_first_step=*/false, /*grad_scale=*/std::nullopt, found_inf);
 }

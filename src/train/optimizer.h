@@ -2,7 +2,9 @@
 // Parameters split into two groups: weights of convolutions and fully connected layers, and
 // "BN and bias" (every 1-D parameter), which by default get no weight decay and no LARS scaling,
 // as in the large-batch literature. Both optimizers end in PyTorch's fused SGD kernel, which
-// skips the whole update on the device when the loss scaler found inf/NaN gradients.
+// skips the whole update on the device when the loss scaler found inf/NaN gradients. The learning
+// rate lives on the device too, so that a step recorded as a CUDA graph reads each step's rate
+// (Note [The step as a CUDA graph]).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -36,8 +38,10 @@ class Optimizer {
   using NamedParameters = std::vector<std::pair<std::string, at::Tensor>>;
   Optimizer(const NamedParameters& params, const OptimizerOptions& options);
 
-  // One update with learning rate `lr`. When found_inf (0-dim, device) is 1 nothing changes.
-  void step(double lr, const std::optional<at::Tensor>& found_inf = std::nullopt);
+  // The learning rate of the steps from now on: a write on the device's stream, no wait.
+  void set_lr(double lr);
+  // One update at the rate set_lr wrote last. When found_inf (0-dim, device) is 1 nothing changes.
+  void step(const std::optional<at::Tensor>& found_inf = std::nullopt);
   void zero_grad();                       // gradients to none
   std::vector<at::Tensor> grads() const;  // the defined gradients of all parameters
 
@@ -53,9 +57,10 @@ class Optimizer {
     double weight_decay = 0;
     bool lars = false;
   };
-  void step_group(Group& group, double lr, const std::optional<at::Tensor>& found_inf);
+  void step_group(Group& group, const std::optional<at::Tensor>& found_inf);
 
   OptimizerOptions options_;
+  at::Tensor lr_;              // 0-dim float32 on the parameters' device (what the kernel reads)
   std::vector<Group> groups_;  // [weights, BN and biases]
 };
 

@@ -23,13 +23,15 @@ namespace trainer {
 // CUDA graph records the launches once and replays them with one call, as MLPerf's ResNet-50 and
 // PyTorch's whole-network capture do. What it records and what stays eager:
 // - Recorded: forward, loss, the scaled backward, the gradient buckets' copies and all-reduces
-//   (NCCL records into graphs) and the averaged gradients. Host code in there runs only while
-//   capturing: the gradient hooks, the buckets' bookkeeping. The graph reads its inputs from
-//   static buffers, which each step fills, and writes the loss and the gradients where it did
-//   when captured: a replay hands those gradients back to the parameters as their .grad.
+//   (NCCL records into graphs), the gradients' unscaling and overflow check, the optimizer's
+//   fused update and the loss scale's, as MLPerf's step does. Host code in there runs only while
+//   capturing: the gradient hooks, the buckets' bookkeeping, the optimizer's choice of
+//   parameters. The graph reads its inputs from static buffers, which each step fills, and the
+//   learning rate from a device tensor the step writes first (Optimizer::set_lr); the weights,
+//   momentum buffers and loss scale it updates in place. The gradients are the graph's own: the
+//   parameters' .grad go back to none after the step, as after an eager one.
 // - Eager around it: the input's copy and normalisation, MixUp/CutMix (drawn on the host), the
-//   optimizer and the loss scaler (a handful of fused kernels that read the learning rate from
-//   the host each step), the EMA.
+//   learning rate's write, the EMA.
 // - Eager instead of it: every step of a shape seen fewer than `warmup_steps` times in a row (a
 //   short last step, the first steps at a new image size) and, with several ranks, every short
 //   step where the ranks' shares differ (Trainer::accumulate). With micro-batch accumulation the
@@ -103,9 +105,8 @@ int64_t eager_step_bytes(int64_t graph_bytes, int64_t step_image_elements,
   return bytes < 9.2e18 ? static_cast<int64_t>(bytes) : std::numeric_limits<int64_t>::max();
 }
 
-StepGraph::StepGraph(c10::Device device, std::vector<at::Tensor> params, StepGraphOptions options)
+StepGraph::StepGraph(c10::Device device, StepGraphOptions options)
     : device_(device),
-      params_(std::move(params)),
       side_stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index())),
       memory_margin_(options.memory_margin),
       any_rank_(std::move(options.any_rank)),
@@ -213,7 +214,6 @@ void StepGraph::make_room(const at::Tensor& images, const char* what) {
 }
 
 void StepGraph::free_graph() {
-  static_grads_.clear();
   static_loss_ = at::Tensor();
   static_images_ = at::Tensor();
   static_targets_ = at::Tensor();
@@ -259,7 +259,6 @@ void StepGraph::capture(const at::Tensor& images, const at::Tensor& targets, con
     }
   }
   order_after(side_stream_, current);
-  for (const at::Tensor& p : params_) static_grads_.push_back(p.grad());
   graph_ = std::move(graph);
   ++captures_;
   graph_bytes_ = std::max<int64_t>(free_before - device_free_bytes(device_.index()), 0);
@@ -272,7 +271,6 @@ at::Tensor StepGraph::replay(const at::Tensor& images, const at::Tensor& targets
   static_images_.copy_(images, /*non_blocking=*/true);
   static_targets_.copy_(targets, /*non_blocking=*/true);
   graph_->replay();
-  for (size_t i = 0; i < params_.size(); ++i) params_[i].mutable_grad() = static_grads_[i];
   ++replays_;
   return static_loss_.clone();  // the next replay overwrites static_loss_
 }

@@ -1,6 +1,6 @@
-// The training step's forward, backward and gradient all-reduce as one CUDA graph: some 600
-// kernel launches (and the all-reduce's) replayed by one call, so that a step at a small per-GPU
-// batch is no longer bound by the host launching kernels (Note [The step as a CUDA graph]).
+// The training step's forward, backward, gradient all-reduce and update as one CUDA graph: some
+// 600 kernel launches (and the all-reduce's) replayed by one call, so that a step at a small
+// per-GPU batch is no longer bound by the host launching kernels (Note [The step as a CUDA graph]).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -72,12 +72,14 @@ struct StepGraphOptions {
 
 class StepGraph {
  public:
-  // The step's work on prepared inputs: forward, scaled backward, gradients averaged and set as
-  // the parameters' .grad; returns the mean loss (0-dim, device). Run eagerly, or captured.
+  // The step's work on prepared inputs: forward, scaled backward, gradients averaged, the weights
+  // updated in place; returns the mean loss (0-dim, device). Run eagerly, or captured: what it
+  // writes besides the loss must be tensors that outlive the graph (weights, optimizer and loss
+  // scaler state), which a replay writes again, and what it reads besides the inputs (the
+  // learning rate) tensors the caller writes before each step.
   using Body = std::function<at::Tensor(const at::Tensor& images, const at::Tensor& targets)>;
 
-  // `params`: the parameters whose .grad the body sets (the ones the optimizer updates).
-  StepGraph(c10::Device device, std::vector<at::Tensor> params, StepGraphOptions options = {});
+  explicit StepGraph(c10::Device device, StepGraphOptions options = {});
   ~StepGraph();
   StepGraph(const StepGraph&) = delete;
   StepGraph& operator=(const StepGraph&) = delete;
@@ -109,7 +111,6 @@ class StepGraph {
   at::Tensor replay(const at::Tensor& images, const at::Tensor& targets);
 
   c10::Device device_;
-  std::vector<at::Tensor> params_;
   c10::cuda::CUDAStream side_stream_;  // warm-up and capture: never the default stream
   double memory_margin_;
   std::function<bool(bool)> any_rank_;
@@ -119,7 +120,6 @@ class StepGraph {
   std::unique_ptr<at::cuda::CUDAGraph> graph_;
   at::Tensor static_images_, static_targets_;  // what the graph reads
   at::Tensor static_loss_;                     // what it writes
-  std::vector<at::Tensor> static_grads_;       // .grad of each parameter as captured
   int64_t graph_bytes_ = 0;                    // device memory the recording took
   int64_t replays_ = 0;
   int64_t captures_ = 0;

@@ -103,7 +103,7 @@ Trainer::Trainer(const TrainerOptions& options, c10::Device device, ProcessGroup
       graph_options.any_rank = [group = group_](bool flag) {
         return group->sum(flag, "the ranks' vote on releasing the CUDA graph") > 0;
       };
-    graph_ = std::make_unique<StepGraph>(device, tensors_of(trained), graph_options);
+    graph_ = std::make_unique<StepGraph>(device, graph_options);
   }
   if (options.ema_decay > 0) {
     ResNet average = build_model(options);
@@ -155,13 +155,13 @@ at::Tensor Trainer::forward_backward(const at::Tensor& images, const at::Tensor&
 }
 
 at::Tensor Trainer::train_step(const Batch& batch, double lr, double loss_weight) {
-  begin_step();
+  begin_step(lr);
   at::Tensor loss = accumulate(batch, loss_weight, /*last=*/true);
-  end_step(lr);
+  end_step();
   return loss;
 }
 
-void Trainer::begin_step() {
+void Trainer::begin_step(double lr) {
   step_host_start_ = std::chrono::steady_clock::now();
   ++step_;
   profiler_.before_step(step_);
@@ -169,8 +169,9 @@ void Trainer::begin_step() {
   if (CollectiveWatch* watchdog = group_ ? group_->watchdog() : nullptr) watchdog->set_step(step_);
   if (step_start_) step_start_->record();
   if (reducer_) reducer_->prepare_step();
+  optimizer_->set_lr(lr);  // before the step's graph, which reads it
   micro_batch_ = 0;
-  reduced_ = false;
+  graphed_ = false;
 }
 
 at::Tensor Trainer::accumulate(const Batch& batch, double loss_weight, bool last) {
@@ -205,34 +206,39 @@ at::Tensor Trainer::graphed_step(const Batch& batch, double loss_weight) {
                                   at::Tensor mean =
                                       forward_backward(step_images, step_targets, loss_weight);
                                   if (reducer_) reducer_->finish_step();
+                                  update_weights();
                                   return mean;
                                 });
-  reduced_ = true;
+  graphed_ = true;
   CollectiveWatch* watchdog = group_ ? group_->watchdog() : nullptr;
   if (reducer_ && watchdog && graph_->replays() > replays)  // its all-reduces, in the replay
-    watchdog->watch_stream("the step's CUDA graph (forward, backward, gradient all-reduce)",
+    watchdog->watch_stream("the step's CUDA graph (forward, backward, gradient all-reduce, update)",
                            c10::cuda::getCurrentCUDAStream(device_.index()));
   return loss;
 }
 
-void Trainer::end_step(double lr, bool ema_copies) {
+void Trainer::update_weights() {
+  // Averaged gradients: every rank unscales the same values, finds the same overflow and skips
+  // the same steps, so the replicas never diverge.
+  const StepPhase phase("optimizer");
+  scaler_.unscale_(optimizer_->grads());
+  optimizer_->step(scaler_.found_inf());
+  scaler_.update();
+}
+
+void Trainer::end_step(bool ema_copies) {
   if (step_backward_done_) step_backward_done_->record();
   last_step_host_ms_ =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_host_start_)
           .count();
-  // Averaged gradients: every rank unscales the same values, finds the same overflow and skips
-  // the same steps, so the replicas never diverge.
-  if (reducer_ && !reduced_) {
-    const StepPhase phase("gradient all-reduce");
-    reducer_->finish_step();
+  if (!graphed_) {
+    if (reducer_) {
+      const StepPhase phase("gradient all-reduce");
+      reducer_->finish_step();
+    }
+    update_weights();
   }
-  {
-    const StepPhase phase("optimizer");
-    scaler_.unscale_(optimizer_->grads());
-    optimizer_->step(lr, scaler_.found_inf());
-    scaler_.update();
-    optimizer_->zero_grad();
-  }
+  optimizer_->zero_grad();
   if (ema_) {
     const StepPhase phase("EMA");
     ema_->update(step_, ema_copies);

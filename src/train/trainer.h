@@ -87,16 +87,16 @@ class Trainer {
   // part in the gradient average (contributing zeros) and the update.
   at::Tensor train_step(const Batch& batch, double lr, double loss_weight = 1.0);
 
-  // The same step over several batches (micro-batches) of this rank: begin_step, then
-  // accumulate each (gradients summed, averaged over ranks once, after the `last` one's
-  // backward), then end_step's one update. `loss_weight` as in train_step, per micro-batch: its
-  // images times the world size over the step's images. accumulate returns the micro-batch's
-  // mean loss (0 when empty).
-  void begin_step();
+  // The same step over several batches (micro-batches) of this rank: begin_step at learning rate
+  // `lr`, then accumulate each (gradients summed, averaged over ranks once, after the `last`
+  // one's backward), then end_step's one update (made by accumulate already when the step is a
+  // CUDA graph's). `loss_weight` as in train_step, per micro-batch: its images times the world
+  // size over the step's images. accumulate returns the micro-batch's mean loss (0 when empty).
+  void begin_step(double lr);
   at::Tensor accumulate(const Batch& batch, double loss_weight, bool last);
   // `ema_copies`: the EMA update of this step, if any, copies the weights (Note [EMA warmup
   // reset]).
-  void end_step(double lr, bool ema_copies = false);
+  void end_step(bool ema_copies = false);
 
   // Top-1/top-5 over every batch of one epoch of `source`, in eval mode (BN running statistics).
   // With a group: each rank evaluates its shard and the counts are summed over ranks. `ema`:
@@ -109,7 +109,8 @@ class Trainer {
   // own batches), the EMA's averaged ones too, so evaluation and checkpoints use one model.
   // Collective.
   void sync_buffers();
-  // Forward + backward time of the last step on this rank, ms (reads the device: log intervals).
+  // Forward + backward time of the last step on this rank, ms (reads the device: log intervals);
+  // a step replayed from the CUDA graph counts its all-reduce and update too.
   double last_step_compute_ms() const;
   GradientReducer* reducer() { return reducer_.get(); }
   ProcessGroup* group() const { return group_; }
@@ -141,8 +142,12 @@ class Trainer {
   // (detached).
   at::Tensor forward_backward(const at::Tensor& images, const at::Tensor& targets,
                               double loss_weight);
-  // A step of one micro-batch through graph_: forward, backward and the gradient all-reduce.
+  // A step of one micro-batch through graph_: forward, backward, the gradient all-reduce and the
+  // update.
   at::Tensor graphed_step(const Batch& batch, double loss_weight);
+  // The update from the averaged gradients: unscaled, the optimizer's step (skipped on the device
+  // when they overflowed) and the loss scale's.
+  void update_weights();
   // Waits for the step kStepsAhead back to end on the device (Note [The host's lead]).
   void limit_lead();
   // The batch's images and targets after MixUp or CutMix (class indices when both are off).
@@ -170,7 +175,7 @@ class Trainer {
   MixingOptions mixing_;
   int64_t micro_batch_ = 0;           // micro-batches of this step so far (the mixing draw)
   std::unique_ptr<StepGraph> graph_;  // with cuda_graph on the GPU
-  bool reduced_ = false;              // this step's gradients are averaged already (graph_)
+  bool graphed_ = false;              // this step's all-reduce and update ran in graph_
   std::deque<at::cuda::CUDAEvent> steps_on_device_;  // the last steps' ends (limit_lead)
   std::unique_ptr<WeightAverage> ema_;               // with ema_decay or ema_half_life_images set
   // Start of forward / end of backward of the last step: compute time per rank, for stragglers.
