@@ -52,6 +52,17 @@ endmacro()
 # (models/cuda/fused_batch_norm.cpp).
 find_torch_companion(NCCL nccl nccl.h libnccl.so.2 NCCL)
 find_torch_companion(CUDNN cudnn cudnn.h libcudnn.so.9 cuDNN)
+# cudnn-frontend (header-only) for cuDNN's fused graphs: the `nvidia-cudnn-frontend` wheel's
+# include/ beside the torch wheel (scripts/setup.sh pins it), or $CUDNN_FRONTEND_HOME.
+find_path(CUDNN_FRONTEND_INCLUDE_DIR cudnn_frontend.h
+  HINTS "${_torch_site}/include" ENV CUDNN_FRONTEND_HOME PATH_SUFFIXES include)
+if(NOT CUDNN_FRONTEND_INCLUDE_DIR)
+  message(FATAL_ERROR "cudnn-frontend not found. Run scripts/setup.sh, or pip install --no-deps "
+    "nvidia-cudnn-frontend, or set CUDNN_FRONTEND_HOME to a checkout of NVIDIA/cudnn-frontend.")
+endif()
+add_library(cudnn_frontend INTERFACE)
+target_include_directories(cudnn_frontend SYSTEM INTERFACE "${CUDNN_FRONTEND_INCLUDE_DIR}")
+target_link_libraries(cudnn_frontend INTERFACE cudnn::cudnn)
 
 # LibTorch's include directory carries its own fmt (12.x) ahead of the system's; spdlog is built
 # against Debian's fmt (9.x). A directory holding only a link to the system fmt, searched first

@@ -21,6 +21,9 @@
 #              the fused batch norm and without it (same seed), and without it from another
 #              seed, fp16 and bf16: loss curves and top-1 within the run-to-run spread, and the
 #              fused checkpoint giving in torchvision the logits it gives in the trainer's model
+#   fusion     bench-conv-fusion, fp16 and bf16 at batch 256, fp16 at 32: whether cuDNN builds the
+#              convolution-side batch norm fusion here (cudnn-frontend graphs), its forward against
+#              ATen, and each convolution with its BN fused against the trainer's path today
 #   train      scripts/bench-train.sh: this trainer (CUDA graph, eager, unfused batch norm) next to
 #              PyTorch eager and compiled, fp16 and bf16 at batch 256 and 32, each ending in its
 #              table row (COMPILE_MODE passes through; max-autotune compiles for minutes a run)
@@ -40,8 +43,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] ||
-  stages=(tests graph v100 numerics overhead allreduce train pipeline recipes techniques)
-known=" tests overhead allreduce graph v100 numerics train pipeline recipes techniques "
+  stages=(tests graph v100 numerics fusion overhead allreduce train pipeline recipes techniques)
+known=" tests overhead allreduce graph v100 numerics fusion train pipeline recipes techniques "
 for stage in "${stages[@]}"; do
   [[ $known == *" $stage "* ]] || {
     echo "unknown stage $stage (known:$known)" >&2
@@ -109,6 +112,14 @@ run_stage() {
       done
       ;;
     allreduce) mpirun -np 1 bench-allreduce ;;
+    fusion)
+      status=0
+      for run in "fp16 256" "bf16 256" "fp16 32"; do
+        read -r precision batch <<<"$run"
+        bench-conv-fusion --precision "$precision" --batch "$batch" || status=$?
+      done
+      exit "$status"
+      ;;
     numerics)
       python3 "$root/scripts/fused_numerics.py" --out "${TMPDIR:-/tmp}/device-numerics" \
         --train-args "${train_args[@]}"

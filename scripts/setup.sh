@@ -13,6 +13,10 @@ set -euo pipefail
 # The one pin of LibTorch: 2.11.0 is built for CUDA 13.0, the toolkit the project targets.
 TORCH_VERSION=2.11.0
 TORCHVISION_VERSION=0.26.0
+# NVIDIA's cudnn-frontend, header-only C++ (its wheel's include/): cuDNN's fused graphs
+# (src/tools/bench_conv_fusion.cpp). Installed without its Python dependencies, which the headers
+# do not use.
+CUDNN_FRONTEND_VERSION=1.32.0
 # Where the torch wheel comes from: empty = the default index (CUDA 13.0 build). The P3 image for
 # V100 sets PyTorch's cu126 index here (same version, built for CUDA 12.6, which still has sm_70).
 TORCH_INDEX_URL=${TORCH_INDEX_URL:-}
@@ -90,7 +94,7 @@ installed_covers() {
 install_python_packages() {
   local torch=$TORCH_PACKAGES
   # The marker names everything installed, so adding a package here updates an existing venv.
-  local want="$torch ${TORCH_INDEX_URL:+--index-url $TORCH_INDEX_URL }$PY_TOOLS"
+  local want="$torch nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION ${TORCH_INDEX_URL:+--index-url $TORCH_INDEX_URL }$PY_TOOLS"
   if installed_covers "$want"; then return; fi
   echo "+ creating $VENV with $want (a few GB, once)" >&2
   mkdir -p "$CACHE_DIR"
@@ -99,6 +103,7 @@ install_python_packages() {
   "$VENV/bin/python" -m pip install -q --upgrade pip >&2
   # shellcheck disable=SC2086
   "$VENV/bin/python" -m pip install -q ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} $torch >&2
+  "$VENV/bin/python" -m pip install -q --no-deps "nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION" >&2
   # shellcheck disable=SC2086
   [ -z "$PY_TOOLS" ] || "$VENV/bin/python" -m pip install -q $PY_TOOLS >&2
   echo "$want" >"$VENV/.installed"
