@@ -24,6 +24,9 @@
 #   fusion     bench-conv-fusion, fp16 and bf16 at batch 256, fp16 at 32: whether cuDNN builds the
 #              convolution-side batch norm fusion here (cudnn-frontend graphs), its forward against
 #              ATen, and each convolution with its BN fused against the trainer's path today
+#   profile    where the step's time goes: `train --benchmark --profile_steps 2` (ResNet-50, batch
+#              256) in fp16 and in bf16, each trace summarised by scripts/trace_summary.py
+#              (kernels by kind and by name, per step)
 #   train      scripts/bench-train.sh: this trainer (CUDA graph, eager, unfused batch norm) next to
 #              PyTorch eager and compiled, fp16 and bf16 at batch 256 and 32, each ending in its
 #              table row (COMPILE_MODE passes through; max-autotune compiles for minutes a run)
@@ -34,7 +37,7 @@
 #   techniques the recipes' techniques on the GPU: `train --benchmark` (bf16) with each one on
 #              against none, then the smoke run in fp16 with all of them on (EMA evaluated)
 # Usage: [TRAIN_ARGS="--cuda_graph true"] scripts/device-checks.sh [STAGE ...]
-# TRAIN_ARGS: keys added to every run of `train` in the numerics, recipes, techniques and
+# TRAIN_ARGS: keys added to every run of `train` in the numerics, profile, recipes, techniques and
 # pipeline stages (e.g. every recipe with the step as a CUDA graph).
 # Output goes to the terminal and to $OUT/device-checks.log (OUT defaults to /tmp/device-out),
 # with each stage's seconds. A failing stage does not stop the next ones; the script then ends
@@ -43,8 +46,9 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] ||
-  stages=(tests graph v100 numerics fusion overhead allreduce train pipeline recipes techniques)
-known=" tests overhead allreduce graph v100 numerics fusion train pipeline recipes techniques "
+  stages=(tests graph v100 numerics fusion profile overhead allreduce train pipeline recipes
+    techniques)
+known=" tests overhead allreduce graph v100 numerics fusion profile train pipeline recipes techniques "
 for stage in "${stages[@]}"; do
   [[ $known == *" $stage "* ]] || {
     echo "unknown stage $stage (known:$known)" >&2
@@ -112,6 +116,14 @@ run_stage() {
       done
       ;;
     allreduce) mpirun -np 1 bench-allreduce ;;
+    profile)
+      for precision in fp16 bf16; do
+        rm -rf "${TMPDIR:-/tmp}/device-bench/profile"
+        "${benchmark[@]}" --precision "$precision" --batch_size 256 --profile_steps 2 \
+          --profile_first_step 22 "${train_args[@]}" 2>&1 | grep -E 'benchmark |error'
+        python3 "$root/scripts/trace_summary.py" "${TMPDIR:-/tmp}/device-bench/profile/rank0.22.pt.trace.json"
+      done
+      ;;
     fusion)
       status=0
       for run in "fp16 256" "bf16 256" "fp16 32"; do

@@ -22,6 +22,7 @@
 
 #include <CLI/CLI.hpp>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -311,8 +312,11 @@ bool measure(const ConvShape& shape, const Options& o, at::ScalarType dtype,
               today_step - today_forward);
   FusedForward forward(l);
   FusedBackward backward(l);
+  const auto build_start = std::chrono::steady_clock::now();  // runtime-compiled engines: seconds
   std::string failure = forward.build();
   if (failure.empty()) failure = backward.build();
+  const double build_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - build_start).count();
   if (!failure.empty()) {
     std::printf("\n  not built: %s\n", failure.c_str());
     return false;
@@ -322,8 +326,9 @@ bool measure(const ConvShape& shape, const Options& o, at::ScalarType dtype,
   failure = check_forward(l, forward, errors);
   const double forward_ms = time_ms(o.iterations, [&] { forward.run(); });
   const double backward_ms = time_ms(o.iterations, [&] { backward.run(l); });
-  std::printf("; fused: forward %.3f ms, backward %.3f ms (%.2fx); %s\n", forward_ms, backward_ms,
-              today_step / (forward_ms + backward_ms), errors.c_str());
+  std::printf("; fused: forward %.3f ms, backward %.3f ms (%.2fx), built in %.1f s; %s\n",
+              forward_ms, backward_ms, today_step / (forward_ms + backward_ms), build_s,
+              errors.c_str());
   if (!failure.empty()) std::printf("  %s\n", failure.c_str());
   totals[0] += today_step * static_cast<double>(shape.count);
   totals[1] += (forward_ms + backward_ms) * static_cast<double>(shape.count);
