@@ -117,11 +117,12 @@ run_stage() {
       ;;
     allreduce) mpirun -np 1 bench-allreduce ;;
     profile)
+      traces=${TMPDIR:-/tmp}/device-bench/profile  # the benchmark runs' output_dir's
       for precision in fp16 bf16; do
-        rm -rf "${TMPDIR:-/tmp}/device-bench/profile"
+        rm -rf "$traces"
         "${benchmark[@]}" --precision "$precision" --batch_size 256 --profile_steps 2 \
           --profile_first_step 22 "${train_args[@]}" 2>&1 | grep -E 'benchmark |error'
-        python3 "$root/scripts/trace_summary.py" "${TMPDIR:-/tmp}/device-bench/profile/rank0.22.pt.trace.json"
+        python3 "$root/scripts/trace_summary.py" "$traces/rank0.22.pt.trace.json"
       done
       ;;
     fusion)
