@@ -128,13 +128,17 @@ double expect_trained_alike(const TensorMap& want, const TensorMap& got, const T
   return max_difference;
 }
 
-// The step recorded as a CUDA graph computes what the eager step does, through warm-up, capture,
-// replays and a short batch between them (run eagerly), with MixUp or loss scaling on: the same
-// loss at every step, and weights and BN statistics that differ by a small part of how far
-// training moved them. Deterministic cuDNN, so both trainers run the same algorithms.
+// The step recorded as a CUDA graph, its update included, computes what the eager step does,
+// through warm-up, capture, replays and a short batch between them (run eagerly), with MixUp or
+// loss scaling on: the same loss at every step, weights and BN statistics that differ by a small
+// part of how far training moved them, and the same loss scale. The learning rate changes every
+// step (a replay must read each step's), and in fp16 the scale doubles every 2 clean steps (the
+// replays update it, or skip a step that overflows, on the device). Deterministic cuDNN, so both
+// trainers run the same algorithms.
 void expect_graph_matches_eager(Precision precision, double mixup_alpha) {
   Config c = gpu_config(precision);
   c.mixup_alpha = mixup_alpha;
+  c.loss_scale_growth_interval = 2;
   const DeterministicCudnn deterministic;
   const torch::Device device(torch::kCUDA, 0);
   Sources sources = make_sources(c, device);
@@ -151,13 +155,16 @@ void expect_graph_matches_eager(Precision precision, double mixup_alpha) {
   batches.insert(batches.begin() + 5,
                  Batch{full.images.narrow(0, 0, 20), full.labels.narrow(0, 0, 20), at::Tensor()});
   for (size_t step = 0; step < batches.size(); ++step) {
-    const double expected = eager.train_step(batches[step], 0.05).item<double>();
-    const double loss = graphed.train_step(batches[step], 0.05).item<double>();
+    const double lr = 0.1 / static_cast<double>(step + 1);
+    const double expected = eager.train_step(batches[step], lr).item<double>();
+    const double loss = graphed.train_step(batches[step], lr).item<double>();
     EXPECT_NEAR(loss, expected, 1e-3 * std::abs(expected) + 1e-5) << "step " << step;
   }
   EXPECT_EQ(graphed.graph_captures(), 1);
   EXPECT_EQ(graphed.graph_replays(), 5);  // full steps 4 to 8: the short one ran eagerly
   EXPECT_EQ(eager.graph_replays(), 0);
+  EXPECT_EQ(graphed.loss_scaler().scale_value(), eager.loss_scaler().scale_value());
+  EXPECT_EQ(graphed.loss_scaler().skipped_steps_value(), eager.loss_scaler().skipped_steps_value());
 
   const double difference =
       expect_trained_alike(state_dict(*eager.model()), state_dict(*graphed.model()), initial);
