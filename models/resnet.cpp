@@ -1,11 +1,14 @@
 #include "models/resnet.h"
 
+#include <spdlog/spdlog.h>
 #include <torch/nn/functional/pooling.h>
 #include <torch/nn/init.h>
 
 #include <array>
 #include <cmath>
 #include <map>
+#include <sstream>
+#include <type_traits>
 
 #include "base/check.h"
 #include "models/cuda/fused_batch_norm.h"
@@ -82,9 +85,12 @@ torch::Tensor BasicBlockImpl::forward(const torch::Tensor& x) {
 }
 
 BottleneckImpl::BottleneckImpl(int64_t in_channels, int64_t width, int64_t stride, bool blurpool,
-                               bool fused_batch_norm)
+                               bool fused_batch_norm, bool fused_conv_batch_norm)
     // width >= 64 > 16 input channels: every strided one is blurred
-    : blur_(blurpool && stride > 1), fused_(fused_batch_norm) {
+    : blur_(blurpool && stride > 1),
+      fused_(fused_batch_norm),
+      conv_fused_(fused_conv_batch_norm),
+      stride_(stride) {
   conv1 = register_module("conv1", conv(in_channels, width, 1, 1));
   bn1 = register_module("bn1", nn::BatchNorm2d(width));
   conv2 = register_module("conv2", conv(width, width, 3, stride));  // v1.5: stride here
@@ -97,11 +103,47 @@ BottleneckImpl::BottleneckImpl(int64_t in_channels, int64_t width, int64_t strid
 }
 
 torch::Tensor BottleneckImpl::forward(const torch::Tensor& x) {
+  // The blur sits between bn1's ReLU and conv2, so a blurred block keeps the plain path.
+  if (conv_fused_ && is_training() && !blur_ && cudnn_fusion_ready(x))
+    return forward_conv_bn_fused(x, ConvBnBackend::kCudnn);
   auto out = batch_norm_act(*bn1, conv1(x), {}, /*relu=*/true, fused_);
   // conv2 carries the stride (v1.5)
   out = batch_norm_act(*bn2, conv2(blur_ ? blur_mid_(out) : out), {}, true, fused_);
   const torch::Tensor identity = shortcut(downsample, blur_ ? blur_input_(x) : x, x, fused_);
   return batch_norm_act(*bn3, conv3(out), identity, true, fused_);
+}
+
+torch::Tensor BottleneckImpl::forward_conv_bn_fused(const torch::Tensor& x, ConvBnBackend backend) {
+  // The weights in the activations' dtype and layout, as autocast would hand them to conv2d.
+  auto weight = [&](nn::Conv2d& c) {
+    return c->weight.to(x.scalar_type()).contiguous(x.suggest_memory_format());
+  };
+  const ConvOutput y1 = conv_with_stats(x, weight(conv1), 1, backend);
+  const ConvOutput y2 = bn_relu_conv(*bn1, y1, weight(conv2), stride_, true, backend);
+  const ConvOutput y3 = bn_relu_conv(*bn2, y2, weight(conv3), 1, /*with_stats=*/false, backend);
+  return batch_norm_act(*bn3, y3.y, shortcut(downsample, x, x, fused_), true, fused_);
+}
+
+// Whether cuDNN's graphs take this input: fp16 or bf16, channels_last, on the GPU, and built for
+// its shape (asked once per shape; a shape without them runs the plain path, said once).
+bool BottleneckImpl::cudnn_fusion_ready(const torch::Tensor& x) {
+  const bool low_precision = x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16;
+  if (!x.is_cuda() || !low_precision || x.dim() != 4 ||
+      !x.is_contiguous(at::MemoryFormat::ChannelsLast))
+    return false;
+  // bn2 normalises over conv2's strided output: one value a channel has no variance (the plain
+  // path's batch norm says so).
+  const int64_t strided = (x.size(2) - 1) / stride_ + 1, strided_w = (x.size(3) - 1) / stride_ + 1;
+  if (x.size(0) * strided * strided_w < 2) return false;
+  std::ostringstream key;
+  key << x.sizes() << c10::toString(x.scalar_type()) << x.get_device();
+  auto [it, first] = cudnn_ready_.emplace(key.str(), false);
+  if (!first) return it->second;
+  const std::string failure =
+      cudnn_bottleneck_failure(x, conv1->weight, conv2->weight, conv3->weight, stride_);
+  if (!failure.empty())
+    spdlog::warn("fused_conv_batch_norm: a bottleneck on {} runs unfused: {}", key.str(), failure);
+  return it->second = failure.empty();
 }
 
 int resnet_depth_from_name(const std::string& arch) {
@@ -149,8 +191,13 @@ nn::Sequential ResNetImpl::make_stage(int64_t& in_channels, int64_t width, int b
                                       int64_t stride) {
   nn::Sequential stage;
   for (int b = 0; b < blocks; ++b) {
-    stage->push_back(Block(in_channels, width, b == 0 ? stride : 1, options_.blurpool,
-                           options_.fused_batch_norm));
+    if constexpr (std::is_same_v<Block, Bottleneck>) {
+      stage->push_back(Block(in_channels, width, b == 0 ? stride : 1, options_.blurpool,
+                             options_.fused_batch_norm, options_.fused_conv_batch_norm));
+    } else {
+      stage->push_back(Block(in_channels, width, b == 0 ? stride : 1, options_.blurpool,
+                             options_.fused_batch_norm));
+    }
     in_channels = width * Block::Impl::kExpansion;
   }
   return stage;

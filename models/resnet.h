@@ -10,7 +10,10 @@
 #include <torch/nn/modules/linear.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
+
+#include "models/conv_bn_fusion.h"
 
 namespace trainer {
 
@@ -36,6 +39,9 @@ struct ResNetOptions {
   // On the GPU, each BN with the ReLU and residual add after it as cuDNN's fused kernels
   // (models/cuda/fused_batch_norm.h); the same ATen ops wherever cuDNN has no fusion.
   bool fused_batch_norm = false;
+  // On the GPU, each bottleneck's bn1 and bn2 inside the convolutions around them
+  // (models/conv_bn_fusion.h), where cuDNN has the graphs; the plain path elsewhere.
+  bool fused_conv_batch_norm = false;
   // The stem's convolution reads the image as 4 channels, the 4th zero, with a zero 4th input
   // channel of its weight (the parameter stays torchvision's 3): cuDNN's NHWC convolutions want
   // channel counts divisible by 4, and MLPerf's ResNet-50 pads its input so. The same outputs.
@@ -76,13 +82,20 @@ class BottleneckImpl : public torch::nn::Module {
  public:
   static constexpr int64_t kExpansion = 4;
   BottleneckImpl(int64_t in_channels, int64_t width, int64_t stride, bool blurpool = false,
-                 bool fused_batch_norm = false);
+                 bool fused_batch_norm = false, bool fused_conv_batch_norm = false);
   torch::Tensor forward(const torch::Tensor& x);
+  // The block with bn1 and bn2 inside the convolutions (models/conv_bn_fusion.h), training mode.
+  torch::Tensor forward_conv_bn_fused(const torch::Tensor& x, ConvBnBackend backend);
   torch::nn::BatchNorm2d last_bn() { return bn3; }
 
  private:
-  bool blur_;   // blurpool and strided: blur the inputs of conv2 and the shortcut
-  bool fused_;  // ResNetOptions::fused_batch_norm
+  bool cudnn_fusion_ready(const torch::Tensor& x);
+
+  bool blur_;        // blurpool and strided: blur the inputs of conv2 and the shortcut
+  bool fused_;       // ResNetOptions::fused_batch_norm
+  bool conv_fused_;  // ResNetOptions::fused_conv_batch_norm
+  int64_t stride_;
+  std::map<std::string, bool> cudnn_ready_;  // per input shape and dtype
   Blur blur_input_, blur_mid_;
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
   torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr}, bn3{nullptr};

@@ -2,9 +2,10 @@
 # The checks that need a GPU, run on a GPU machine with PyTorch 2.11 (cu130) from the repository
 # root, using the bundle that scripts/device-bundle.sh made on the build machine (no compiler,
 # packages or network needed there). Stages, in order (default: all):
-#   tests      the GPU tests (fused input kernel, fused batch norm against float64 and the whole
-#              ResNet against float32, fp16/bf16 steps in channels_last, loss scaling) and the
-#              gradient all-reduce over NCCL under `mpirun -np 1` (fp32/fp16/bf16 wire)
+#   tests      the GPU tests (fused input kernel, fused batch norm and the convolution-side
+#              fusion against float64 and the whole ResNet against float32, fp16/bf16 steps in
+#              channels_last, loss scaling) and the gradient all-reduce over NCCL under
+#              `mpirun -np 1` (fp32/fp16/bf16 wire)
 #   overhead   the gradient path at world size one: `train --benchmark` alone against
 #              `mpirun -np 1 train --benchmark` (bucketing, hooks, NCCL), alternated, twice
 #   allreduce  bench-allreduce over NCCL
@@ -18,7 +19,8 @@
 #              generated images, each epoch 6 full steps, a short one and an evaluation; then
 #              in 4 GiB, where the run must stop with exit status 2 and say what to change
 #   numerics   scripts/fused_numerics.py: ResNet-50 trained 200 steps on generated TFRecords with
-#              the fused batch norm and without it (same seed), and without it from another
+#              the fused batch norm, the convolution-side fusion with it (fused_conv_batch_norm),
+#              and without either (same seed), and without them from another
 #              seed, fp16 and bf16: loss curves and top-1 within the run-to-run spread, and the
 #              fused checkpoint giving in torchvision the logits it gives in the trainer's model
 #   fusion     bench-conv-fusion, fp16 and bf16 at batch 256, fp16 at 32: whether cuDNN builds the
@@ -27,9 +29,10 @@
 #   profile    where the step's time goes: `train --benchmark --profile_steps 2` (ResNet-50, batch
 #              256) in fp16 and in bf16, each trace summarised by scripts/trace_summary.py
 #              (kernels by kind and by name, per step)
-#   train      scripts/bench-train.sh: this trainer (CUDA graph, eager, unfused batch norm) next to
-#              PyTorch eager and compiled, fp16 and bf16 at batch 256 and 32, each ending in its
-#              table row (COMPILE_MODE passes through; max-autotune compiles for minutes a run)
+#   train      scripts/bench-train.sh: this trainer (CUDA graph without and with
+#              fused_conv_batch_norm, eager, unfused batch norm) next to PyTorch eager and
+#              compiled, fp16 and bf16 at batch 256 and 32, each ending in its table row
+#              (COMPILE_MODE passes through; max-autotune compiles for minutes a run)
 #   pipeline   TFRecords into the GPU: generated ImageNet-sized JPEGs as TFRecords, bench-input on
 #              one core and on all, then ResNet-50 (fp16) trained on them for 3 epochs
 #   recipes    every configs/recipes/*.toml in benchmark mode (synthetic data, its precision, batch
@@ -84,7 +87,7 @@ benchmark=(train --config "$root/configs/one-gpu.toml" --data_source synthetic -
 run_stage() {
   case $1 in
     tests)
-      trainer_tests --gtest_filter='Gpu.*:FusedBatchNormGpu.*'
+      trainer_tests --gtest_filter='Gpu.*:FusedBatchNormGpu.*:ConvBnFusionGpu.*'
       mpirun -np 1 distributed_tests --gtest_filter='Distributed.Gpu*'
       ;;
     overhead)
@@ -135,7 +138,7 @@ run_stage() {
       ;;
     numerics)
       python3 "$root/scripts/fused_numerics.py" --out "${TMPDIR:-/tmp}/device-numerics" \
-        --train-args "${train_args[@]}"
+        --conv-fusion --train-args "${train_args[@]}"
       ;;
     v100)
       # 15 GiB: a V100's 15.8 less its CUDA context and NCCL's buffers, which the cap leaves out.

@@ -7,9 +7,10 @@ two runs of the same recipe may (another initialisation, another data order): th
 spread. The fused run must stay within it of the unfused run from its seed, both in its loss
 curve (the mean loss of each 20 steps) and in its held-out top-1. Then the fused run's last
 checkpoint must load into torchvision (strict) and give there the logits the trainer's model
-gives (resnet_parity_tool) on the same held-out images. Exits 1 when a check fails.
+gives (resnet_parity_tool) on the same held-out images. Exits 1 when a check fails. With
+--conv-fusion the fused run also has the convolution-side fusion (fused_conv_batch_norm).
 
-    scripts/fused_numerics.py [--out DIR] [--device cuda] [--precisions fp16 bf16]
+    scripts/fused_numerics.py [--out DIR] [--device cuda] [--precisions fp16 bf16] [--conv-fusion]
         [--arch resnet50] [--steps 200] [--batch 64] [--image-size 160] [--classes 100]
         [--bin-dir DIR] [--train-args KEY VALUE ...]
 
@@ -125,12 +126,17 @@ def train(args, binary, data, precision, seed, fused):
                "--val_data", data / "heldout/train-*", "--image_size", args.image_size,
                "--val_resize", args.val_resize, "--batch_size", args.batch, "--epochs", 1,
                "--max_steps", args.steps, "--warmup_epochs", 0.25, "--seed", seed,
-               "--fused_batch_norm", str(fused).lower(), "--log_every_steps", 1,
+               "--fused_batch_norm", str(fused).lower(),
+               "--fused_conv_batch_norm", str(fused and args.conv_fusion).lower(),
+               "--log_every_steps", 1,
                "--tensorboard", "false", "--resume", "none", "--keep_checkpoints", 1,
                "--output_dir", out, *args.train_args], f"the {out.name} run")
     # "batch norm in Half: cuDNN BN+ReLU and BN+add+ReLU": what the fused setting ran.
     print("  " + next((line for line in log.splitlines() if "batch norm in" in line),
                       "batch norm: ATen's ops (no fused path on this device)"))
+    for line in log.splitlines():  # the convolution-side fusion: on, and any block left unfused
+        if "inside their convolutions" in line or "runs unfused" in line:
+            print("  " + line)
     events = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     losses = [e["loss"] for e in events if e["event"] == "train"]
     evaluation = [e for e in events if e["event"] == "eval"][-1]
@@ -195,6 +201,9 @@ def main():
     parser.add_argument("--image-size", type=int, default=160)
     parser.add_argument("--classes", type=int, default=100)
     parser.add_argument("--val-per-class", type=int, default=10)
+    parser.add_argument("--conv-fusion", action="store_true",
+                        help="the fused runs also apply bottlenecks' bn1 and bn2 inside their "
+                        "convolutions (fused_conv_batch_norm)")
     parser.add_argument("--train-args", nargs=argparse.REMAINDER, default=[],
                         help="keys added to every run (e.g. --cuda_graph true); last")
     args = parser.parse_args()

@@ -89,6 +89,8 @@ void add_options(CLI::App& app, Config& c) {
   add("Device", "cudnn_benchmark", c.cudnn_benchmark, "cuDNN algorithm autotuning");
   add("Device", "fused_batch_norm", c.fused_batch_norm,
       "cuDNN's fused BN+ReLU and BN+add+ReLU on the GPU (fp16/bf16, channels_last)");
+  add("Device", "fused_conv_batch_norm", c.fused_conv_batch_norm,
+      "each bottleneck's first two BN+ReLUs inside the convolutions around them (cuDNN graphs)");
   add("Device", "cuda_graph", c.cuda_graph,
       "the step's forward, backward, all-reduce and update replayed as one CUDA graph (GPU)");
   add("Device", "pad_stem_input", c.pad_stem_input,

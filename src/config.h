@@ -66,6 +66,10 @@ struct Config {
   // (fp16/bf16, channels_last, training); false: ATen's separate ops
   // (models/cuda/fused_batch_norm.h).
   bool fused_batch_norm = true;
+  // Each bottleneck's bn1 and bn2 applied inside the convolution after them (scale, bias and ReLU
+  // as it reads), their statistics written by the convolution before (models/conv_bn_fusion.h):
+  // cuDNN graphs on the GPU (fp16/bf16, channels_last, training), the plain path elsewhere.
+  bool fused_conv_batch_norm = false;
   // The training step's forward, backward, gradient all-reduce and update recorded once as a CUDA
   // graph and replayed each step (src/train/step_graph.h); ignored on the CPU.
   bool cuda_graph = false;

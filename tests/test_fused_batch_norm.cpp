@@ -131,9 +131,10 @@ TEST_F(FusedBatchNormGpu, EachOpMatchesFloat64ForwardStatisticsAndGradients) {
   }
 }
 
-// One training step's logits and gradients of a whole ResNet in fp16 and bf16 autocast, fused and
-// unfused, against the same weights and images in float32: the fused model is no less accurate
-// than the unfused one (at most 1.25x its error, or within a rounding of the output type). 128 px
+// One training step's logits and gradients of a whole ResNet in fp16 and bf16 autocast, fused (the
+// batch norm alone, and with the convolution-side fusion, models/conv_bn_fusion.h) and unfused,
+// against the same weights and images in float32: each fused model is no less accurate than the
+// unfused one (at most 1.25x its error, or within a rounding of the output type). 128 px
 // images, so that layer4's batch norms see 4x4 maps: at 64 px (2x2) ResNet-50's bf16 logits were
 // 38% off float32 fused and unfused alike, too far for the comparison to tell anything apart.
 TEST_F(FusedBatchNormGpu, ResNetStepIsAsAccurateAsTheUnfusedOne) {
@@ -144,9 +145,11 @@ TEST_F(FusedBatchNormGpu, ResNetStepIsAsAccurateAsTheUnfusedOne) {
     const torch::Tensor images = torch::randn({32, 3, 128, 128}).to(gpu).contiguous(channels_last);
     const torch::Tensor labels = torch::randint(0, 10, {32}).to(gpu);
     // {logits, every parameter's gradient} of one step at `dtype` (nullopt: float32).
-    auto step = [&](std::optional<at::ScalarType> dtype, bool fused) {
+    auto step = [&](std::optional<at::ScalarType> dtype, bool fused, bool conv_fused = false) {
       torch::manual_seed(3);  // the same initial weights for every variant
-      ResNet model(ResNetOptions{depth, 10, false, false, WeightInit::kTorchvision, fused});
+      ResNetOptions options{depth, 10, false, false, WeightInit::kTorchvision, fused};
+      options.fused_conv_batch_norm = conv_fused;
+      ResNet model(options);
       model->to(gpu);
       for (auto& p : model->parameters())
         if (p.dim() == 4) p.set_data(p.data().contiguous(channels_last));
@@ -162,19 +165,23 @@ TEST_F(FusedBatchNormGpu, ResNetStepIsAsAccurateAsTheUnfusedOne) {
     };
     const auto [logits, grads] = step(std::nullopt, false);
     for (const at::ScalarType dtype : {at::kHalf, at::kBFloat16}) {
-      const auto [fused_logits, fused_grads] = step(dtype, true);
       const auto [unfused_logits, unfused_grads] = step(dtype, false);
-      const double fused[2] = {relative_error(fused_logits, logits),
-                               relative_error(fused_grads, grads)};
       const double unfused[2] = {relative_error(unfused_logits, logits),
                                  relative_error(unfused_grads, grads)};
-      std::cout << "resnet" << depth << " " << c10::toString(dtype)
-                << " relative error against float32, fused / unfused: logits " << fused[0] << " / "
-                << unfused[0] << ", gradients " << fused[1] << " / " << unfused[1] << "\n";
-      const double rounding = dtype == at::kHalf ? 1e-3 : 8e-3;
-      for (int i = 0; i < 2; ++i)
-        EXPECT_LT(fused[i], std::max(1.25 * unfused[i], rounding))
-            << "resnet" << depth << " " << c10::toString(dtype) << (i ? " gradients" : " logits");
+      for (const bool conv_fused : {false, true}) {
+        const auto [fused_logits, fused_grads] = step(dtype, true, conv_fused);
+        const double fused[2] = {relative_error(fused_logits, logits),
+                                 relative_error(fused_grads, grads)};
+        const std::string what = "resnet" + std::to_string(depth) + " " + c10::toString(dtype) +
+                                 (conv_fused ? " fused with the convolutions" : " fused");
+        std::cout << what << ", relative error against float32, fused / unfused: logits "
+                  << fused[0] << " / " << unfused[0] << ", gradients " << fused[1] << " / "
+                  << unfused[1] << "\n";
+        const double rounding = dtype == at::kHalf ? 1e-3 : 8e-3;
+        for (int i = 0; i < 2; ++i)
+          EXPECT_LT(fused[i], std::max(1.25 * unfused[i], rounding))
+              << what << (i ? " gradients" : " logits");
+      }
     }
   }
 }

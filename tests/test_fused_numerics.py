@@ -72,12 +72,16 @@ def test_the_script_runs_through_on_the_cpu(tmp_path):
     result = subprocess.run(
         [sys.executable, SCRIPT, "--out", tmp_path, "--bin-dir", BUILD, "--device", "cpu",
          "--arch", "resnet18", "--precisions", "bf16", "--steps", "40", "--batch", "16",
-         "--image-size", "32", "--classes", "4", "--train-args", "--decode_threads", "2"],
+         "--image-size", "32", "--classes", "4", "--conv-fusion",
+         "--train-args", "--decode_threads", "2"],
         capture_output=True, text=True, timeout=600)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert output.count("--max_steps 40") == 3, output
     assert "--seed 2 --fused_batch_norm false" in output
+    # --conv-fusion: the fused run only, both fusions on.
+    assert output.count("--fused_batch_norm true --fused_conv_batch_norm true") == 1, output
+    assert output.count("--fused_conv_batch_norm false") == 2, output
     assert output.count("--decode_threads 2") == 3, output  # --train-args reach every run
     assert "in torchvision: logits 0.00e+00 from the trainer's" in output, output
     assert "fused batch norm trains as the unfused one" in output

@@ -272,13 +272,6 @@ bool fusable(const torch::nn::BatchNorm2dImpl& bn, const at::Tensor& x,
          bn.weight.scalar_type() == at::kFloat && residual_fits;
 }
 
-// The running statistics' weight for this batch, counting it as BatchNormImplBase::forward does.
-double averaging_factor(torch::nn::BatchNorm2dImpl& bn) {
-  bn.num_batches_tracked += 1;
-  if (bn.options.momentum()) return *bn.options.momentum();
-  return 1.0 / bn.num_batches_tracked.item<double>();  // cumulative average, as torch's
-}
-
 // What follows the BN in ATen's ops: the residual add and the ReLU.
 at::Tensor add_relu(at::Tensor y, const at::Tensor& residual, bool relu) {
   if (residual.defined()) y += residual;
@@ -287,13 +280,19 @@ at::Tensor add_relu(at::Tensor y, const at::Tensor& residual, bool relu) {
 
 }  // namespace
 
+double batch_norm_averaging_factor(torch::nn::BatchNorm2dImpl& bn) {
+  bn.num_batches_tracked += 1;
+  if (bn.options.momentum()) return *bn.options.momentum();
+  return 1.0 / bn.num_batches_tracked.item<double>();  // cumulative average, as torch's
+}
+
 at::Tensor batch_norm_act(torch::nn::BatchNorm2dImpl& bn, const at::Tensor& x,
                           const at::Tensor& residual, bool relu, bool fused) {
   TORCH_INTERNAL_ASSERT(relu || !residual.defined(), "a residual add is always followed by ReLU");
   const Path path =
       fused && fusable(bn, x, residual) ? path_for(x.scalar_type(), x.get_device()) : Path::kAten;
   if (path == Path::kAten) return add_relu(bn.forward(x), residual, relu);
-  const double factor = averaging_factor(bn);
+  const double factor = batch_norm_averaging_factor(bn);
   const double eps = bn.options.eps();
   if (path == Path::kCudnnBn) {
     return add_relu(CudnnBatchNorm::apply(x, x, bn.weight, bn.bias, bn.running_mean, bn.running_var,

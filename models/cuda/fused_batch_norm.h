@@ -19,6 +19,10 @@ namespace trainer {
 at::Tensor batch_norm_act(torch::nn::BatchNorm2dImpl& bn, const at::Tensor& x,
                           const at::Tensor& residual, bool relu, bool fused);
 
+// The weight of this batch in bn's running statistics, counting the batch as
+// BatchNormImplBase::forward does (num_batches_tracked + 1): the momentum, or 1 / batches without.
+double batch_norm_averaging_factor(torch::nn::BatchNorm2dImpl& bn);
+
 // What batch_norm_act runs for this dtype on the GPU, in words, for the run's log: "cuDNN
 // BN+ReLU and BN+add+ReLU", "cuDNN BN, ATen add and ReLU", or "ATen". Probes cuDNN once per dtype.
 std::string fused_batch_norm_path(at::ScalarType dtype, int device_index);

@@ -5,14 +5,16 @@
 // For each bottleneck convolution that reads a BN+ReLU (each block's 3x3 and its last 1x1), at
 // 224 px, it times the trainer's path today (cuDNN's BN+ReLU kernel, then the convolution;
 // autograd's backward through both) against the convolution-side fusion of NVIDIA's MLPerf
-// ResNet-50 (src/tools/conv_bn_graphs.h): BN-finalize and scale-bias-ReLU-conv-genstats forward,
-// dgrad-dReLU-dBN-weight and scale-bias-ReLU-wgrad backward. It checks BN-finalize's arithmetic
-// against PyTorch's batch norm, the fused forward against ATen in float32, and the fused
-// gradients against float32 autograd, each no further off than today's path in the same dtype;
-// and says which graphs cuDNN cannot build here, with cuDNN's reason.
+// ResNet-50 as the model runs it with fused_conv_batch_norm (models/conv_bn_fusion.h): the BN's
+// scale and bias from its input's sums and scale-bias-ReLU-conv-genstats forward,
+// dgrad-dReLU-dBN-weight, scale-bias-ReLU-wgrad and one element-wise pass backward. It checks the
+// fused forward against ATen in float32 and the fused gradients against float32 autograd, each no
+// further off than today's path in the same dtype; and says which graphs cuDNN cannot build here,
+// with cuDNN's reason.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
+#include <cudnn.h>
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
@@ -26,8 +28,9 @@
 #include <utility>
 
 #include "base/check.h"
+#include "models/conv_bn_fusion.h"
+#include "models/cuda/conv_bn_graphs.h"
 #include "models/cuda/fused_batch_norm.h"
-#include "src/tools/conv_bn_graphs.h"
 #include "src/tools/tool_main.h"
 
 namespace trainer {
@@ -112,13 +115,14 @@ struct Grads {
   at::Tensor dx, dw, dgamma, dbeta;
 };
 
-// Today's path: cuDNN's BN+ReLU (as the model runs it), then the convolution, through autograd.
-struct TodayPath {
+// A layer's BN (the layer's gamma and beta), input and weights as autograd leaves, and the
+// gradients of a step through one of the two paths.
+struct LayerLeaves {
   const Layer& l;
   torch::nn::BatchNorm2d bn;
   at::Tensor x, w;
 
-  explicit TodayPath(const Layer& layer)
+  explicit LayerLeaves(const Layer& layer)
       : l(layer),
         bn(layer.shape.c),
         x(layer.x.detach().requires_grad_()),
@@ -128,15 +132,24 @@ struct TodayPath {
     bn->weight.copy_(l.gamma);
     bn->bias.copy_(l.beta);
   }
+  // The step's output y backward from the layer's dy, the gradients cleared first.
+  void backward(const std::function<at::Tensor()>& forward) {
+    for (at::Tensor t : {x, w, bn->weight, bn->bias}) t.mutable_grad().reset();
+    forward().backward(l.dy);
+  }
+  Grads grads() const { return {x.grad(), w.grad(), bn->weight.grad(), bn->bias.grad()}; }
+};
+
+// Today's path: cuDNN's BN+ReLU (as the model runs it), then the convolution, through autograd.
+struct TodayPath : LayerLeaves {
+  using LayerLeaves::LayerLeaves;
   at::Tensor forward() {
     return at::conv2d(batch_norm_act(*bn, x, at::Tensor(), /*relu=*/true, /*fused=*/true), w, {}, 1,
                       l.pad());
   }
   void step() {
-    for (at::Tensor t : {x, w, bn->weight, bn->bias}) t.mutable_grad().reset();
-    forward().backward(l.dy);
+    backward([&] { return forward(); });
   }
-  Grads grads() const { return {x.grad(), w.grad(), bn->weight.grad(), bn->bias.grad()}; }
 };
 
 // The same layer in float32 (TF32 off): what both paths' gradients are measured against.
@@ -150,34 +163,24 @@ Grads reference_grads(const Layer& l) {
   return {x.grad(), w.grad(), gamma.grad(), beta.grad()};
 }
 
-// The fused layer: BN-finalize on the sums of x, the BN's scale and bias in the activations'
-// dtype, scale-bias-ReLU-conv-genstats, and the backward from the forward's statistics.
-struct FusedLayer {
-  BnFinalize finalize;
-  at::Tensor io_scale, io_bias;
-  ScaleBiasReluConv conv;
-  ConvBnBackward backward;
+// The fused layer as the model runs it (models/conv_bn_fusion.h, cuDNN's graphs): the BN's scale
+// and bias from the sums of x, scale-bias-ReLU-conv with y's sums, through autograd.
+struct FusedPath : LayerLeaves {
+  using LayerLeaves::LayerLeaves;
+  ConvOutput out;
 
-  explicit FusedLayer(const Layer& l)
-      : finalize(l.sum, l.sq_sum, l.gamma, l.beta, l.running_mean, l.running_var, l.count(),
-                 /*momentum=*/0.1f, /*eps=*/1e-5f),
-        io_scale(at::empty({l.shape.c}, l.x.options())),
-        io_bias(at::empty_like(io_scale)),
-        conv(l.x, io_scale, io_bias, l.w, l.pad()),
-        backward(l.x, l.dy, l.w, finalize.mean, finalize.inv_var, l.gamma, l.beta, io_scale,
-                 io_bias, l.pad()) {}
-  std::string build() {
-    if (std::string failure = finalize.graph.build(); !failure.empty())
-      return "BN-finalize: " + failure;
-    if (std::string failure = conv.graph.build(); !failure.empty())
-      return "scale-bias-ReLU-conv-genstats: " + failure;
-    return backward.build();
+  // "" when cuDNN builds the layer's graphs here, else which one it could not and why.
+  std::string build() const {
+    return conv_bn_graphs::prepare(l.x, l.w, 1, /*through_bn=*/true, /*with_stats=*/true);
   }
   void forward() {
-    finalize.graph.execute();
-    io_scale.copy_(finalize.scale);  // the convolution reads them in the activations' dtype
-    io_bias.copy_(finalize.bias);
-    conv.graph.execute();
+    out = bn_relu_conv(*bn, {x, l.sum, l.sq_sum}, w, 1, true, ConvBnBackend::kCudnn);
+  }
+  void step() {
+    backward([&] {
+      forward();
+      return out.y;
+    });
   }
 };
 
@@ -187,46 +190,42 @@ double io_bound(const at::Tensor& like) {
 }
 
 // The fused forward against the same arithmetic in float32 through ATen, each as a relative
-// error, into `errors`; "" when each is within its bound (the finalize's: float32's).
-std::string check_forward(const Layer& l, const FusedLayer& f, std::string& errors) {
-  const double count = static_cast<double>(l.count());
-  const at::Tensor mean = l.sum / count, var = l.sq_sum / count - mean * mean;
-  const at::Tensor want_scale = l.gamma / at::sqrt(var + 1e-5);
-  // The activation as the convolution's tensor cores read it: rounded to the activations' dtype.
-  const at::Tensor input =
-      at::relu(l.x.to(at::kFloat) * f.io_scale.to(at::kFloat).view({1, -1, 1, 1}) +
-               f.io_bias.to(at::kFloat).view({1, -1, 1, 1}))
-          .to(l.x.scalar_type())
-          .to(at::kFloat);
-  const at::Tensor y = f.conv.y.to(at::kFloat);
-  const std::array<double, 5> error = {
-      relative_error(f.finalize.scale, want_scale),
-      relative_error(f.finalize.bias, l.beta - mean * want_scale),
-      relative_error(f.conv.y, at::conv2d(input, l.w.to(at::kFloat), {}, 1, l.pad())),
-      relative_error(f.conv.y_sum, y.sum({0, 2, 3})),
-      relative_error(f.conv.y_sq_sum, (y * y).sum({0, 2, 3}))};
-  char line[160];
-  std::snprintf(line, sizeof line,
-                "forward errors: scale %.1e, bias %.1e, y %.1e, y sums %.1e %.1e", error[0],
-                error[1], error[2], error[3], error[4]);
+// error, into `errors`; "" when each is within its bound: the BN's scale and bias from the batch's
+// biased variance, as PyTorch's batch norm normalises.
+std::string check_forward(const Layer& l, const FusedPath& f, std::string& errors) {
+  const at::Tensor x = l.x.to(at::kFloat);
+  const at::Tensor mean = x.mean({0, 2, 3}), var = x.var({0, 2, 3}, /*unbiased=*/false);
+  const at::Tensor scale = l.gamma / at::sqrt(var + 1e-5), bias = l.beta - mean * scale;
+  // The activation as the convolution's tensor cores read it: scale and bias in the activations'
+  // dtype, the activation rounded to it.
+  auto io = [&](const at::Tensor& t) {
+    return t.to(l.x.scalar_type()).to(at::kFloat).view({1, -1, 1, 1});
+  };
+  const at::Tensor input = at::relu(x * io(scale) + io(bias)).to(l.x.scalar_type()).to(at::kFloat);
+  const at::Tensor y = f.out.y.to(at::kFloat);
+  const std::array<double, 3> error = {
+      relative_error(f.out.y, at::conv2d(input, l.w.to(at::kFloat), {}, 1, l.pad())),
+      relative_error(f.out.sum, y.sum({0, 2, 3})),
+      relative_error(f.out.sq_sum, (y * y).sum({0, 2, 3}))};
+  char line[128];
+  std::snprintf(line, sizeof line, "forward errors: y %.1e, y sums %.1e %.1e", error[0], error[1],
+                error[2]);
   errors = line;
-  const double bound = io_bound(l.x);
-  const std::array<double, 5> bounds = {1e-4, 1e-4, bound, bound, bound};
-  for (size_t i = 0; i < error.size(); ++i)
-    if (!(error[i] <= bounds[i])) return "the fused forward is off ATen's by more than the bounds";
+  for (const double e : error)
+    if (!(e <= io_bound(l.x))) return "the fused forward is off ATen's by more than the bounds";
   return "";
 }
 
 // The fused gradients against float32 autograd, each no further off than today's path in the
 // same dtype is (twice as far, or 8 rounding errors, whichever is more), into `errors`.
-std::string check_backward(const Layer& l, const FusedLayer& f, const Grads& today,
+std::string check_backward(const Layer& l, const Grads& fused_grads, const Grads& today,
                            std::string& errors) {
   const Grads want = reference_grads(l);
-  const ConvBnBackward& b = f.backward;
-  const std::array<std::pair<at::Tensor, at::Tensor>, 4> pairs = {{{b.dx, today.dx},
-                                                                   {b.dw, today.dw},
-                                                                   {b.outputs[0], today.dgamma},
-                                                                   {b.outputs[1], today.dbeta}}};
+  const std::array<std::pair<at::Tensor, at::Tensor>, 4> pairs = {
+      {{fused_grads.dx, today.dx},
+       {fused_grads.dw, today.dw},
+       {fused_grads.dgamma, today.dgamma},
+       {fused_grads.dbeta, today.dbeta}}};
   const std::array<at::Tensor, 4> wanted = {want.dx, want.dw, want.dgamma, want.dbeta};
   const char* names[] = {"dx", "dw", "dgamma", "dbeta"};
   std::string failure;
@@ -242,35 +241,6 @@ std::string check_backward(const Layer& l, const FusedLayer& f, const Grads& tod
   return failure.empty() ? "" : failure + " by more than today's path";
 }
 
-// BN-finalize's arithmetic on 4 values a channel, where a biased and an unbiased variance differ
-// by a third: "" when it is PyTorch's (the scale from the biased variance, the running variance
-// updated with the unbiased one at momentum 0.1), else what differs.
-std::string check_finalize_arithmetic() {
-  const auto f32 = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
-  const at::Tensor values = at::randn({4, 8}, f32) * 2 + 1;  // (count, C)
-  const at::Tensor gamma = at::rand({8}, f32) + 0.5, beta = at::randn({8}, f32) * 0.1;
-  const at::Tensor running_mean = at::randn({8}, f32) * 0.1, running_var = at::rand({8}, f32) + 0.5;
-  BnFinalize f(values.sum(0), (values * values).sum(0), gamma, beta, running_mean, running_var, 4,
-               0.1f, 1e-5f);
-  if (std::string failure = f.graph.build(); !failure.empty()) return "BN-finalize: " + failure;
-  f.graph.execute();
-  const at::Tensor mean = values.mean(0), centered = values - mean;
-  const at::Tensor biased = (centered * centered).mean(0), unbiased = biased * (4.0 / 3.0);
-  const auto matches = [](const at::Tensor& got, const at::Tensor& want) {
-    return relative_error(got, want) < 1e-4;
-  };
-  std::string differs;
-  if (!matches(f.scale, gamma / at::sqrt(biased + 1e-5))) differs += " the scale's variance;";
-  if (!matches(f.bias, beta - mean * gamma / at::sqrt(biased + 1e-5))) differs += " the bias;";
-  if (!matches(f.next_running_mean, 0.9 * running_mean + 0.1 * mean))
-    differs += " the running mean's update;";
-  if (!matches(f.next_running_var, 0.9 * running_var + 0.1 * unbiased))
-    differs += matches(f.next_running_var, 0.9 * running_var + 0.1 * biased)
-                   ? " the running variance is updated with the biased variance;"
-                   : " the running variance's update;";
-  return differs.empty() ? "" : "BN-finalize differs from PyTorch's batch norm in" + differs;
-}
-
 // One shape's line; adds its times, weighted by its count, to the totals when the fusion was
 // built and computes what today's path does.
 bool measure(const ConvShape& shape, const Options& o, at::ScalarType dtype,
@@ -283,7 +253,7 @@ bool measure(const ConvShape& shape, const Options& o, at::ScalarType dtype,
               shape.name, static_cast<long long>(shape.c), static_cast<long long>(shape.k),
               static_cast<long long>(shape.side), static_cast<long long>(shape.side), today_forward,
               today_step - today_forward);
-  FusedLayer fused(l);
+  FusedPath fused(l);
   const auto build_start = std::chrono::steady_clock::now();  // runtime-compiled engines: seconds
   std::string failure = fused.build();
   const double build_s =
@@ -292,23 +262,21 @@ bool measure(const ConvShape& shape, const Options& o, at::ScalarType dtype,
     std::printf("\n  not built: %s\n", failure.c_str());
     return false;
   }
-  fused.forward();
-  fused.backward.run();
+  fused.step();
   std::string errors;
   failure = check_forward(l, fused, errors);
-  if (std::string off = check_backward(l, fused, today.grads(), errors); failure.empty())
+  if (std::string off = check_backward(l, fused.grads(), today.grads(), errors); failure.empty())
     failure = off;
   const double forward_ms = time_ms(o.iterations, [&] { fused.forward(); });
-  const double backward_ms = time_ms(o.iterations, [&] { fused.backward.run(); });
+  const double step_ms = time_ms(o.iterations, [&] { fused.step(); });
   std::printf("; fused: forward %.3f ms, backward %.3f ms (%.2fx), built in %.1f s\n  %s\n",
-              forward_ms, backward_ms, today_step / (forward_ms + backward_ms), build_s,
-              errors.c_str());
+              forward_ms, step_ms - forward_ms, today_step / step_ms, build_s, errors.c_str());
   if (!failure.empty()) {
     std::printf("  %s\n", failure.c_str());
     return false;
   }
   totals[0] += today_step * static_cast<double>(shape.count);
-  totals[1] += (forward_ms + backward_ms) * static_cast<double>(shape.count);
+  totals[1] += step_ms * static_cast<double>(shape.count);
   return true;
 }
 
@@ -320,11 +288,8 @@ int run_benchmark(const Options& o) {
   std::printf("bench-conv-fusion: %s, batch %lld, 224 px, channels_last; %s, cuDNN %zu\n",
               o.precision.c_str(), static_cast<long long>(o.batch),
               at::cuda::getCurrentDeviceProperties()->name, cudnnGetVersion());
-  const std::string finalize = check_finalize_arithmetic();
-  std::printf("BN-finalize on 4 values a channel: %s\n",
-              finalize.empty() ? "as PyTorch's batch norm" : finalize.c_str());
   std::array<double, 2> totals = {0, 0};  // today, fused
-  bool all = finalize.empty();
+  bool all = true;
   for (const ConvShape& shape : kShapes) all = measure(shape, o, dtype, totals) && all;
   if (all)
     std::printf(

@@ -90,6 +90,8 @@ Trainer::Trainer(const TrainerOptions& options, c10::Device device, ProcessGroup
   if (device.is_cuda() && autocast_dtype_ && options.model.fused_batch_norm)
     spdlog::info("batch norm in {}: {}", c10::toString(*autocast_dtype_),
                  fused_batch_norm_path(*autocast_dtype_, device.index()));
+  if (device.is_cuda() && autocast_dtype_ && options.model.fused_conv_batch_norm)
+    spdlog::info("bottlenecks' bn1 and bn2 inside their convolutions (cuDNN graphs, per shape)");
   const Optimizer::NamedParameters trained = trainable_parameters(model_, options.classifier_only);
   optimizer_ = std::make_unique<Optimizer>(trained, options.optimizer);
   if (group_ && group_->launched()) {

@@ -1,9 +1,10 @@
-#include "src/tools/cudnn_graph.h"
+#include "models/cuda/cudnn_graph.h"
 
 #include <ATen/ATen.h>
 #include <ATen/cudnn/Handle.h>
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "base/check.h"
 
@@ -24,11 +25,13 @@ fe::DataType_t fe_type(at::ScalarType dtype) {
   }
 }
 
-// The dims and strides of `t` for cuDNN: NCHW sizes with the layout's strides when 4-D (NHWC when
-// channels_last), (1, C, 1, 1) when 1-D.
+// The dims and strides of `t` for cuDNN: NCHW sizes laid out NHWC when 4-D, (1, C, 1, 1) when 1-D.
 void describe(fe::graph::Tensor_attributes& attributes, const at::Tensor& t) {
   if (t.dim() == 4) {
-    attributes.set_dim(t.sizes().vec()).set_stride(t.strides().vec());
+    // NHWC strides from the sizes: any channels_last tensor of these sizes has them, but for
+    // dimensions of size 1, whose strides ATen leaves free.
+    const int64_t c = t.size(1), h = t.size(2), w = t.size(3);
+    attributes.set_dim(t.sizes().vec()).set_stride({c * h * w, 1, w * c, c});
   } else {
     TORCH_INTERNAL_ASSERT(t.dim() == 1, "a per-channel tensor is 1-D");
     const int64_t c = t.size(0);
@@ -39,30 +42,25 @@ void describe(fe::graph::Tensor_attributes& attributes, const at::Tensor& t) {
 
 }  // namespace
 
-CudnnGraph::CudnnGraph(at::ScalarType io, at::ScalarType intermediate) {
+CudnnGraph::CudnnGraph(at::ScalarType io, at::ScalarType intermediate, Tensors like)
+    : like_(std::move(like)) {
   graph_.set_io_data_type(fe_type(io))
       .set_intermediate_data_type(fe_type(intermediate))
       .set_compute_data_type(fe::DataType_t::FLOAT);
 }
 
-void CudnnGraph::bind(const GraphTensor& node, const at::Tensor& t) {
-  TORCH_INTERNAL_ASSERT(t.is_cuda(), "a cuDNN graph's tensor on the CPU");
-  pointers_[node] = t.data_ptr();
-  tensors_.push_back(t);
-}
-
-GraphTensor CudnnGraph::input(const char* name, const at::Tensor& t) {
+GraphTensor CudnnGraph::input(const char* name, size_t slot) {
   auto attributes = fe::graph::Tensor_attributes().set_name(name);
-  describe(attributes, t);
+  describe(attributes, like_.at(slot));
   GraphTensor node = graph_.tensor(attributes);
-  bind(node, t);
+  places_.emplace_back(node, slot);
   return node;
 }
 
-void CudnnGraph::output(const GraphTensor& node, const at::Tensor& t) {
-  describe(*node, t);
+void CudnnGraph::output(const GraphTensor& node, size_t slot) {
+  describe(*node, like_.at(slot));
   node->set_output(true);
-  bind(node, t);
+  places_.emplace_back(node, slot);
 }
 
 GraphTensor CudnnGraph::pointwise(fe::PointwiseMode_t mode, const GraphTensor& a,
@@ -77,6 +75,11 @@ GraphTensor CudnnGraph::scale_bias_relu(const GraphTensor& x, const GraphTensor&
   return pointwise(Mode::RELU_FWD, pointwise(Mode::ADD, pointwise(Mode::MUL, x, scale), bias));
 }
 
+std::string CudnnGraph::validate() {
+  fe::error_t status = graph_.validate();
+  return status.is_good() ? "" : status.get_message();
+}
+
 std::string CudnnGraph::build() {
   cudnnHandle_t handle = at::native::getCudnnHandle();  // on the current stream
   fe::error_t status = graph_.validate();
@@ -88,13 +91,27 @@ std::string CudnnGraph::build() {
   return status.is_good() ? "" : status.get_message();
 }
 
-void CudnnGraph::execute() {
+void CudnnGraph::execute(const Tensors& tensors) {
+  std::unordered_map<GraphTensor, void*> pointers;
+  for (const auto& [node, slot] : places_) {
+    const at::Tensor& t = tensors.at(slot);
+    const at::Tensor& like = like_[slot];
+    TORCH_INTERNAL_ASSERT(t.defined(), "cuDNN graph tensor ", node->get_name(), " (place ", slot,
+                          ") not given");
+    const bool laid_out =
+        (t.dim() == 4 ? t.is_contiguous(at::MemoryFormat::ChannelsLast) : t.is_contiguous());
+    TORCH_INTERNAL_ASSERT(
+        laid_out && t.is_cuda() && t.sizes() == like.sizes() && t.dtype() == like.dtype(),
+        "cuDNN graph tensor ", node->get_name(), " (place ", slot, "): ", t.sizes(), " ",
+        t.strides(), " ", t.dtype(), ", declared ", like.sizes(), " ", like.dtype(),
+        ", channels_last or 1-D");
+    pointers[node] = t.data_ptr();
+  }
   int64_t bytes = 0;
   USER_CHECK(graph_.get_workspace_size(bytes).is_good(), "cudnn-frontend: no workspace size");
-  const at::Tensor workspace =
-      at::empty({std::max<int64_t>(bytes, 1)}, tensors_.front().options().dtype(at::kByte));
-  fe::error_t status =
-      graph_.execute(at::native::getCudnnHandle(), pointers_, workspace.data_ptr());
+  const at::Tensor workspace = at::empty(
+      {std::max<int64_t>(bytes, 1)}, tensors.at(places_.front().second).options().dtype(at::kByte));
+  fe::error_t status = graph_.execute(at::native::getCudnnHandle(), pointers, workspace.data_ptr());
   USER_CHECK(status.is_good(),
              "cudnn-frontend: a built graph failed to run: ", status.get_message());
 }
