@@ -1,6 +1,7 @@
 #include "models/conv_bn_fusion.h"
 
 #include <ATen/ATen.h>
+#include <spdlog/spdlog.h>
 #include <torch/autograd.h>
 
 #include <vector>
@@ -102,20 +103,23 @@ struct Grads {
   at::Tensor dx, dgamma, dbeta, dw;
 };
 
-// The backward of conv(relu(bn(x)), w) in ATen's ops: the conv's gradients through the recomputed
-// activation, then the BN's, counting the batch statistics' dependence on x.
+// The backward of conv(relu(bn(x)), w) in ATen's ops, step for step as cuDNN's graphs: the
+// conv's gradients through the activation recomputed, the ReLU's mask from the BN's output
+// recomputed from its statistics, then the BN's gradients, counting the batch statistics'
+// dependence on x.
 Grads aten_backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& w,
-                    const at::Tensor& gamma, const BnCoefficients& c, const at::Tensor& io_scale,
-                    const at::Tensor& io_bias, int64_t stride) {
-  const at::Tensor pre_relu = x * per_channel(io_scale) + per_channel(io_bias);
+                    const at::Tensor& io_scale, const at::Tensor& io_bias,
+                    const conv_bn_graphs::BnStatistics& bn, int64_t stride) {
   auto [d_activation, dw, unused] = at::convolution_backward(
-      dy, pre_relu.relu(), w, std::nullopt, {stride, stride}, {padding(w), padding(w)}, {1, 1},
-      false, {0, 0}, 1, {true, true, false});
-  const at::Tensor drelu = (d_activation * (pre_relu > 0)).to(accumulate_type(x));
-  const at::Tensor xhat = (x.to(accumulate_type(x)) - per_channel(c.mean)) * per_channel(c.invstd);
+      dy, scale_bias_relu(x, io_scale, io_bias), w, std::nullopt, {stride, stride},
+      {padding(w), padding(w)}, {1, 1}, false, {0, 0}, 1, {true, true, false});
+  const at::Tensor xhat =
+      (x.to(accumulate_type(x)) - per_channel(bn.mean)) * per_channel(bn.invstd);
+  const at::Tensor pre_relu = xhat * per_channel(bn.gamma) + per_channel(bn.beta);
+  const at::Tensor drelu = d_activation.to(accumulate_type(x)) * (pre_relu > 0);
   const at::Tensor dbeta = drelu.sum({0, 2, 3}), dgamma = (drelu * xhat).sum({0, 2, 3});
   const double n = static_cast<double>(per_channel_count(x));
-  const at::Tensor dx = per_channel(gamma * c.invstd) *
+  const at::Tensor dx = per_channel(bn.gamma * bn.invstd) *
                         (drelu - per_channel(dbeta) / n - xhat * per_channel(dgamma) / n);
   return {dx.to(x.scalar_type()), dgamma, dbeta, dw};
 }
@@ -123,13 +127,13 @@ Grads aten_backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor&
 // The same from cuDNN's graphs; the BN's input gradient is ATen's SyncBatchNorm element-wise
 // kernel, which takes the sums dgrad's epilogue made (one pass over drelu and x).
 Grads cudnn_backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& w,
-                     const at::Tensor& gamma, const BnCoefficients& c, const at::Tensor& io_scale,
-                     const at::Tensor& io_bias, int64_t stride) {
-  const conv_bn_graphs::BnReluConvGrads g = conv_bn_graphs::bn_relu_conv_backward(
-      dy, x, w, io_scale, io_bias, c.mean, c.invstd, gamma, stride);
+                     const at::Tensor& io_scale, const at::Tensor& io_bias,
+                     const conv_bn_graphs::BnStatistics& bn, int64_t stride) {
+  const conv_bn_graphs::BnReluConvGrads g =
+      conv_bn_graphs::bn_relu_conv_backward(dy, x, w, io_scale, io_bias, bn, stride);
   const at::Tensor count = at::full({1}, per_channel_count(x), x.options().dtype(at::kInt));
-  const at::Tensor dx = at::batch_norm_backward_elemt(g.drelu, x, c.mean, c.invstd, gamma, g.dbeta,
-                                                      g.dgamma / c.invstd, count);
+  const at::Tensor dx = at::batch_norm_backward_elemt(g.drelu, x, bn.mean, bn.invstd, bn.gamma,
+                                                      g.dbeta, g.dgamma / bn.invstd, count);
   return {dx, g.dgamma, g.dbeta, g.dw};
 }
 
@@ -144,7 +148,7 @@ class BnReluConv : public torch::autograd::Function<BnReluConv> {
                                int64_t backend) {
     // In x's dtype, as the fused convolution's prologue reads them; backward reads the same.
     const at::Tensor io_scale = scale.to(x.scalar_type()), io_bias = bias.to(x.scalar_type());
-    ctx->save_for_backward({x, w, gamma, mean, invstd, io_scale, io_bias});
+    ctx->save_for_backward({x, w, io_scale, io_bias, mean, invstd, gamma, beta});
     ctx->saved_data["stride"] = stride;
     ctx->saved_data["backend"] = backend;
     if (static_cast<ConvBnBackend>(backend) == ConvBnBackend::kCudnn)
@@ -155,14 +159,14 @@ class BnReluConv : public torch::autograd::Function<BnReluConv> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto s = ctx->get_saved_variables();
-    const at::Tensor& x = s[0];
-    const BnCoefficients c{s[3], s[4], {}, {}};
+    const at::Tensor &x = s[0], &w = s[1], &io_scale = s[2], &io_bias = s[3];
+    const conv_bn_graphs::BnStatistics bn{s[4], s[5], s[6], s[7]};
     const int64_t stride = ctx->saved_data["stride"].toInt();
     const at::Tensor dy = grads[0].to(x.scalar_type()).contiguous(x.suggest_memory_format());
     const bool cudnn =
         static_cast<ConvBnBackend>(ctx->saved_data["backend"].toInt()) == ConvBnBackend::kCudnn;
-    const Grads g = cudnn ? cudnn_backward(dy, x, s[1], s[2], c, s[5], s[6], stride)
-                          : aten_backward(dy, x, s[1], s[2], c, s[5], s[6], stride);
+    const Grads g = cudnn ? cudnn_backward(dy, x, w, io_scale, io_bias, bn, stride)
+                          : aten_backward(dy, x, w, io_scale, io_bias, bn, stride);
     return {g.dx,         g.dgamma,     g.dbeta,      g.dw,         at::Tensor(), at::Tensor(),
             at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
@@ -190,8 +194,13 @@ std::string cudnn_bottleneck_failure(const at::Tensor& x, const at::Tensor& w1,
   const at::Tensor y2 =
       at::empty({x.size(0), w2.size(0), (x.size(2) - 1) / stride + 1, (x.size(3) - 1) / stride + 1},
                 y1.options());
-  std::string failure = conv_bn_graphs::prepare(x, w1, 1, /*through_bn=*/false, true);
-  if (failure.empty()) failure = conv_bn_graphs::prepare(y1, w2, stride, true, true);
+  // conv1's graph is built here too, before any step is recorded as a CUDA graph; without it
+  // conv1 takes ATen's convolution and reductions, and the block still fuses.
+  if (std::string failure = conv_bn_graphs::prepare(x, w1, 1, /*through_bn=*/false, true);
+      !failure.empty())
+    spdlog::debug("fused_conv_batch_norm: conv1 {} without its statistics fused: {}",
+                  c10::str(x.sizes()), failure);
+  std::string failure = conv_bn_graphs::prepare(y1, w2, stride, true, true);
   if (failure.empty()) failure = conv_bn_graphs::prepare(y2, w3, 1, true, false);
   return failure;
 }

@@ -42,7 +42,8 @@ ConvOutput bn_relu_conv(torch::nn::BatchNorm2dImpl& bn, const ConvOutput& x, con
 // Whether cuDNN has every graph that bn_relu_conv and conv_with_stats need for a bottleneck with
 // input x (channels_last fp16 or bf16 on the GPU), convolutions of these weights' shapes (the
 // graphs run in x's dtype) and conv2 at `stride`: "" when it has, else which one it lacks and
-// why. Builds them on first sight of a shape.
+// why (conv1's graph is not needed: without it conv1's statistics take a pass of their own).
+// Builds them on first sight of a shape.
 std::string cudnn_bottleneck_failure(const at::Tensor& x, const at::Tensor& w1,
                                      const at::Tensor& w2, const at::Tensor& w3, int64_t stride);
 

@@ -35,7 +35,7 @@ Attributes geometry(Attributes attributes, int64_t stride, const at::Tensor& w) 
 
 // What each kind of graph takes and gives, in order: its tensors' places in a Tensors list.
 enum Forward { kX, kW, kScale, kBias, kY, kSum, kSqSum, kForwardTensors };
-enum Dgrad { kDy, kDgradW, kDgradX, kDgradScale, kDgradBias, kMean, kInvstd, kGamma, kDrelu };
+enum Dgrad { kDy, kDgradW, kDgradX, kMean, kInvstd, kGamma, kBeta, kDrelu };
 enum Wgrad { kWgradDy, kWgradX, kWgradScale, kWgradBias, kDw, kWgradTensors };
 constexpr size_t kDgradOutputs = 6;  // drelu, then dbn_weight's five (dgamma, dbeta, 3 unused)
 
@@ -53,22 +53,23 @@ void declare_forward(CudnnGraph& g, const Tensors& t, int64_t stride) {
   g.output(sq_sum, kSqSum);
 }
 
-// t: dy, w, x, scale, bias, mean, invstd, gamma, then drelu and dbn_weight's five outputs.
+// t: dy, w, x, mean, invstd, gamma, beta, then drelu and dbn_weight's five outputs. The pattern
+// of cudnn-frontend's DgradDreluBNBwdWeight sample, which cuDNN's fused engine matches: the BN's
+// output recomputed in float32 from its batch statistics, gamma and beta.
 void declare_dgrad(CudnnGraph& g, const Tensors& t, int64_t stride) {
   GraphTensor d_activation =
       g.graph().conv_dgrad(g.input("dy", kDy), g.input("w", kDgradW),
                            geometry(fe::graph::Conv_dgrad_attributes(), stride, t[kDgradW]));
   d_activation->set_dim(t[kDgradX].sizes().vec());
-  GraphTensor x = g.input("x", kDgradX);
-  // The ReLU's input recomputed as the forward's prologue computed it: the same mask.
-  GraphTensor pre_relu =
-      g.pointwise(Mode::ADD, g.pointwise(Mode::MUL, x, g.input("scale", kDgradScale)),
-                  g.input("bias", kDgradBias));
+  GraphTensor x = g.input("x", kDgradX), mean = g.input("mean", kMean);
+  GraphTensor invstd = g.input("invstd", kInvstd), gamma = g.input("gamma", kGamma);
+  GraphTensor normalized = g.pointwise(
+      Mode::MUL, g.pointwise(Mode::MUL, g.pointwise(Mode::SUB, x, mean), invstd), gamma);
+  GraphTensor pre_relu = g.pointwise(Mode::ADD, normalized, g.input("beta", kBeta));
   GraphTensor drelu = g.pointwise(Mode::RELU_BWD, d_activation, pre_relu);
   g.output(drelu, kDrelu);
   const auto outputs =
-      g.graph().dbn_weight(drelu, x, g.input("mean", kMean), g.input("invstd", kInvstd),
-                           g.input("gamma", kGamma), fe::graph::DBN_weight_attributes());
+      g.graph().dbn_weight(drelu, x, mean, invstd, gamma, fe::graph::DBN_weight_attributes());
   for (size_t i = 0; i < outputs.size(); ++i) g.output(outputs[i], kDrelu + 1 + i);
 }
 
@@ -159,9 +160,9 @@ Tensors forward_tensors(const at::Tensor& x, const at::Tensor& scale, const at::
 }
 
 Tensors dgrad_tensors(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& w,
-                      const at::Tensor& scale, const at::Tensor& bias, const at::Tensor& mean,
-                      const at::Tensor& invstd, const at::Tensor& gamma) {
-  Tensors t = {dy, w, x, scale, bias, mean, invstd, gamma, at::empty_like(x)};
+                      const at::Tensor& mean, const at::Tensor& invstd, const at::Tensor& gamma,
+                      const at::Tensor& beta) {
+  Tensors t = {dy, w, x, mean, invstd, gamma, beta, at::empty_like(x)};
   for (size_t i = 0; i < kDgradOutputs - 1; ++i) t.push_back(per_channel(x, x.size(1), at::kFloat));
   return t;
 }
@@ -200,9 +201,8 @@ std::vector<GraphSpec> graph_specs(const at::Tensor& x_like, const at::Tensor& w
                   : "conv-genstats"}};
   if (!through_bn) return specs;
   const at::Tensor dy = forward[kY], stats = per_channel(x, x.size(1), at::kFloat);
-  specs.push_back({"dgrad", declare_dgrad,
-                   dgrad_tensors(dy, x, w, scale, bias, stats, stats, stats), at::kFloat,
-                   "dgrad-dReLU-dBN-weight"});
+  specs.push_back({"dgrad", declare_dgrad, dgrad_tensors(dy, x, w, stats, stats, stats, stats),
+                   at::kFloat, "dgrad-dReLU-dBN-weight"});
   specs.push_back(
       {"wgrad", declare_wgrad, wgrad_tensors(dy, x, scale, bias, w), io, "scale-bias-ReLU-wgrad"});
   return specs;
@@ -231,8 +231,14 @@ std::string validate(const at::Tensor& x_like, const at::Tensor& w_like, int64_t
 
 ConvWithStats conv_stats(const at::Tensor& x, const at::Tensor& w, int64_t stride) {
   const Tensors t = forward_tensors(x, {}, {}, w, stride, /*with_stats=*/true);
-  run("forward", declare_forward, t, stride, at::kFloat);
-  return {t[kY], t[kSum], t[kSqSum]};
+  if (built("forward", declare_forward, t, stride, at::kFloat).graph) {
+    run("forward", declare_forward, t, stride, at::kFloat);
+    return {t[kY], t[kSum], t[kSqSum]};
+  }
+  // No conv-genstats engine: the convolution and the sums as separate kernels (one more read).
+  const at::Tensor y = at::conv2d(x, w, /*bias=*/{}, stride, w.size(2) / 2);
+  const at::Tensor y32 = y.to(at::kFloat);
+  return {y, y32.sum({0, 2, 3}), y32.square().sum({0, 2, 3})};
 }
 
 ConvWithStats scale_bias_relu_conv(const at::Tensor& x, const at::Tensor& scale,
@@ -245,10 +251,9 @@ ConvWithStats scale_bias_relu_conv(const at::Tensor& x, const at::Tensor& scale,
 
 BnReluConvGrads bn_relu_conv_backward(const at::Tensor& dy, const at::Tensor& x,
                                       const at::Tensor& w, const at::Tensor& scale,
-                                      const at::Tensor& bias, const at::Tensor& mean,
-                                      const at::Tensor& invstd, const at::Tensor& gamma,
+                                      const at::Tensor& bias, const BnStatistics& bn,
                                       int64_t stride) {
-  const Tensors dgrad = dgrad_tensors(dy, x, w, scale, bias, mean, invstd, gamma);
+  const Tensors dgrad = dgrad_tensors(dy, x, w, bn.mean, bn.invstd, bn.gamma, bn.beta);
   run("dgrad", declare_dgrad, dgrad, stride, at::kFloat);
   const Tensors wgrad = wgrad_tensors(dy, x, scale, bias, w);
   run("wgrad", declare_wgrad, wgrad, stride, x.scalar_type());

@@ -35,7 +35,8 @@ std::string prepare(const at::Tensor& x, const at::Tensor& w, int64_t stride, bo
 std::string validate(const at::Tensor& x, const at::Tensor& w, int64_t stride, bool through_bn,
                      bool with_stats);
 
-// y = conv(x, w) and y's statistics.
+// y = conv(x, w) and y's statistics: one graph where cuDNN has it (prepare() says), else ATen's
+// convolution and reductions.
 ConvWithStats conv_stats(const at::Tensor& x, const at::Tensor& w, int64_t stride);
 
 // y = conv(relu(x * scale + bias), w), and y's statistics when with_stats; scale and bias in
@@ -44,13 +45,17 @@ ConvWithStats scale_bias_relu_conv(const at::Tensor& x, const at::Tensor& scale,
                                    const at::Tensor& bias, const at::Tensor& w, int64_t stride,
                                    bool with_stats);
 
-// The backward of scale_bias_relu_conv from y's gradient dy: dgrad with the ReLU's gradient and
-// the BN's weight gradients in its epilogue, and wgrad reading relu(x * scale + bias) again.
-// mean and invstd: the BN's batch statistics; gamma its weight.
+// The batch norm that made scale and bias: its batch statistics, weight and bias (float32).
+struct BnStatistics {
+  at::Tensor mean, invstd, gamma, beta;
+};
+
+// The backward of scale_bias_relu_conv from y's gradient dy: dgrad with the ReLU's gradient (its
+// mask from the BN's output recomputed) and the BN's weight gradients in its epilogue, and wgrad
+// reading relu(x * scale + bias) again.
 BnReluConvGrads bn_relu_conv_backward(const at::Tensor& dy, const at::Tensor& x,
                                       const at::Tensor& w, const at::Tensor& scale,
-                                      const at::Tensor& bias, const at::Tensor& mean,
-                                      const at::Tensor& invstd, const at::Tensor& gamma,
+                                      const at::Tensor& bias, const BnStatistics& bn,
                                       int64_t stride);
 
 }  // namespace trainer::conv_bn_graphs
