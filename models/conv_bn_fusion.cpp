@@ -82,7 +82,9 @@ class ConvStats : public torch::autograd::Function<ConvStats> {
                                int64_t stride, int64_t backend) {
     ctx->save_for_backward({x, w});
     ctx->saved_data["stride"] = stride;
-    if (static_cast<ConvBnBackend>(backend) == ConvBnBackend::kCudnn)
+    // Without a conv-genstats engine, ATen's convolution and reductions (one more read).
+    if (static_cast<ConvBnBackend>(backend) == ConvBnBackend::kCudnn &&
+        conv_bn_graphs::prepare(x, w, stride, /*through_bn=*/false, /*with_stats=*/true).empty())
       return outputs(conv_bn_graphs::conv_stats(x, w, stride), ctx);
     return outputs(aten_conv(x, w, stride, /*with_stats=*/true), ctx);
   }

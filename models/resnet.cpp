@@ -7,7 +7,6 @@
 #include <array>
 #include <cmath>
 #include <map>
-#include <sstream>
 #include <type_traits>
 
 #include "base/check.h"
@@ -135,14 +134,14 @@ bool BottleneckImpl::cudnn_fusion_ready(const torch::Tensor& x) {
   // path's batch norm says so).
   const int64_t strided = (x.size(2) - 1) / stride_ + 1, strided_w = (x.size(3) - 1) / stride_ + 1;
   if (x.size(0) * strided * strided_w < 2) return false;
-  std::ostringstream key;
-  key << x.sizes() << c10::toString(x.scalar_type()) << x.get_device();
-  auto [it, first] = cudnn_ready_.emplace(key.str(), false);
+  const ShapeKey key{{x.size(0), x.size(1), x.size(2), x.size(3)}, x.scalar_type(), x.get_device()};
+  auto [it, first] = cudnn_ready_.emplace(key, false);
   if (!first) return it->second;
   const std::string failure =
       cudnn_bottleneck_failure(x, conv1->weight, conv2->weight, conv3->weight, stride_);
   if (!failure.empty())
-    spdlog::warn("fused_conv_batch_norm: a bottleneck on {} runs unfused: {}", key.str(), failure);
+    spdlog::warn("fused_conv_batch_norm: a bottleneck on {} {} (GPU {}) runs unfused: {}",
+                 c10::str(x.sizes()), c10::toString(x.scalar_type()), x.get_device(), failure);
   return it->second = failure.empty();
 }
 

@@ -9,9 +9,11 @@
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <string>
+#include <tuple>
 
 #include "models/conv_bn_fusion.h"
 
@@ -95,7 +97,8 @@ class BottleneckImpl : public torch::nn::Module {
   bool fused_;       // ResNetOptions::fused_batch_norm
   bool conv_fused_;  // ResNetOptions::fused_conv_batch_norm
   int64_t stride_;
-  std::map<std::string, bool> cudnn_ready_;  // per input shape and dtype
+  using ShapeKey = std::tuple<std::array<int64_t, 4>, at::ScalarType, c10::DeviceIndex>;
+  std::map<ShapeKey, bool> cudnn_ready_;  // per input shape, dtype and GPU
   Blur blur_input_, blur_mid_;
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
   torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr}, bn3{nullptr};

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Training throughput on synthetic data: this trainer, its step as a CUDA graph (with and without
-# the convolution-side batch norm fusion), eager, and eager without its fused batch norm, next to PyTorch eager and compiled (torchvision's model, same
-# batch, precision and memory format, fused SGD), in one command on one device. Ends with the
-# figures as a row of docs/BENCHMARKS.md's table.
+# the convolution-side batch norm fusion), eager, and eager without its fused batch norm, next to
+# PyTorch eager and compiled (torchvision's model, same batch, precision and memory format, fused
+# SGD), in one command on one device. Ends with the figures as a row of docs/BENCHMARKS.md's table.
 #   scripts/bench-train.sh [PRECISION] [BATCH]      e.g. scripts/bench-train.sh fp16 256
 # COMPILE_MODE picks torch.compile's mode (default max-autotune: CUDA graphs and autotuned
 # kernels, its fastest for this model and the slowest to compile; reduce-overhead: graphs only).

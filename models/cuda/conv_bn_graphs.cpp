@@ -231,14 +231,8 @@ std::string validate(const at::Tensor& x_like, const at::Tensor& w_like, int64_t
 
 ConvWithStats conv_stats(const at::Tensor& x, const at::Tensor& w, int64_t stride) {
   const Tensors t = forward_tensors(x, {}, {}, w, stride, /*with_stats=*/true);
-  if (built("forward", declare_forward, t, stride, at::kFloat).graph) {
-    run("forward", declare_forward, t, stride, at::kFloat);
-    return {t[kY], t[kSum], t[kSqSum]};
-  }
-  // No conv-genstats engine: the convolution and the sums as separate kernels (one more read).
-  const at::Tensor y = at::conv2d(x, w, /*bias=*/{}, stride, w.size(2) / 2);
-  const at::Tensor y32 = y.to(at::kFloat);
-  return {y, y32.sum({0, 2, 3}), y32.square().sum({0, 2, 3})};
+  run("forward", declare_forward, t, stride, at::kFloat);
+  return {t[kY], t[kSum], t[kSqSum]};
 }
 
 ConvWithStats scale_bias_relu_conv(const at::Tensor& x, const at::Tensor& scale,

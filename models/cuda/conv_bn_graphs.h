@@ -35,8 +35,7 @@ std::string prepare(const at::Tensor& x, const at::Tensor& w, int64_t stride, bo
 std::string validate(const at::Tensor& x, const at::Tensor& w, int64_t stride, bool through_bn,
                      bool with_stats);
 
-// y = conv(x, w) and y's statistics: one graph where cuDNN has it (prepare() says), else ATen's
-// convolution and reductions.
+// y = conv(x, w) and y's statistics as one graph; only where cuDNN has it (prepare() says).
 ConvWithStats conv_stats(const at::Tensor& x, const at::Tensor& w, int64_t stride);
 
 // y = conv(relu(x * scale + bias), w), and y's statistics when with_stats; scale and bias in

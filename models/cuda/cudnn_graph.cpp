@@ -81,9 +81,9 @@ std::string CudnnGraph::validate() {
 }
 
 std::string CudnnGraph::build() {
+  if (std::string invalid = validate(); !invalid.empty()) return invalid;
   cudnnHandle_t handle = at::native::getCudnnHandle();  // on the current stream
-  fe::error_t status = graph_.validate();
-  if (status.is_good()) status = graph_.build_operation_graph(handle);
+  fe::error_t status = graph_.build_operation_graph(handle);
   if (status.is_good())
     status = graph_.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
   if (status.is_good()) status = graph_.check_support(handle);
