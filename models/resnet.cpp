@@ -11,6 +11,7 @@
 
 #include "base/check.h"
 #include "models/cuda/fused_batch_norm.h"
+#include "models/cuda/max_pool.h"
 
 namespace trainer {
 namespace {
@@ -258,9 +259,16 @@ torch::Tensor ResNetImpl::stem_convolution(const torch::Tensor& x) {
   return at::conv2d(input, weight, /*bias=*/{}, /*stride=*/kStemStride, /*padding=*/kStemPadding);
 }
 
+torch::Tensor ResNetImpl::stem_max_pool(const torch::Tensor& x) {
+  constexpr int kKernel = 3, kStride = 2, kPadding = 1;
+  if (options_.compact_max_pool && compact_max_pool_applies(x))
+    return compact_max_pool2d(x, kKernel, kStride, kPadding);
+  return torch::max_pool2d(x, kKernel, kStride, kPadding);
+}
+
 torch::Tensor ResNetImpl::forward(torch::Tensor x) {
   x = batch_norm_act(*bn1, stem_convolution(x), {}, /*relu=*/true, options_.fused_batch_norm);
-  x = torch::max_pool2d(x, /*kernel_size=*/3, /*stride=*/2, /*padding=*/1);
+  x = stem_max_pool(x);
   x = layer4->forward(layer3->forward(layer2->forward(layer1->forward(x))));
   x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);  // (N, C)
   return fc(x);

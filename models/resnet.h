@@ -48,6 +48,9 @@ struct ResNetOptions {
   // channel of its weight (the parameter stays torchvision's 3): cuDNN's NHWC convolutions want
   // channel counts divisible by 4, and MLPerf's ResNet-50 pads its input so. The same outputs.
   bool pad_stem_input = false;
+  // On the GPU, the stem's max pooling as the project's kernels (models/cuda/max_pool.h): ATen's
+  // values and gradients, a byte per output kept for backward instead of an int64 index.
+  bool compact_max_pool = false;
 };
 
 // The blur BlurPool puts before a strided convolution; the filter is made once per device, dtype
@@ -118,6 +121,7 @@ class ResNetImpl : public torch::nn::Module {
   torch::nn::Sequential make_stage(int64_t& in_channels, int64_t width, int blocks, int64_t stride);
   void initialize_weights();
   torch::Tensor stem_convolution(const torch::Tensor& x);  // conv1, padded or not
+  torch::Tensor stem_max_pool(const torch::Tensor& x);     // ATen's or compact_max_pool2d
 
   ResNetOptions options_;
   torch::nn::Conv2d conv1{nullptr};

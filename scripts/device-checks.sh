@@ -3,8 +3,9 @@
 # root, using the bundle that scripts/device-bundle.sh made on the build machine (no compiler,
 # packages or network needed there). Stages, in order (default: all):
 #   tests      the GPU tests (fused input kernel, fused batch norm and the convolution-side
-#              fusion against float64 and the whole ResNet against float32, fp16/bf16 steps in
-#              channels_last, loss scaling) and the gradient all-reduce over NCCL under
+#              fusion against float64 and the whole ResNet against float32, the compact max
+#              pooling against ATen's bit for bit, fp16/bf16 steps in channels_last, loss
+#              scaling) and the gradient all-reduce over NCCL under
 #              `mpirun -np 1` (fp32/fp16/bf16 wire)
 #   overhead   the gradient path at world size one: `train --benchmark` alone against
 #              `mpirun -np 1 train --benchmark` (bucketing, hooks, NCCL), alternated, twice
@@ -25,12 +26,14 @@
 #              fused checkpoint giving in torchvision the logits it gives in the trainer's model
 #   fusion     bench-conv-fusion, fp16 and bf16 at batch 256, fp16 at 32: whether cuDNN builds the
 #              convolution-side batch norm fusion here (cudnn-frontend graphs), its forward against
-#              ATen, and each convolution with its BN fused against the trainer's path today
+#              ATen, and each convolution with its BN fused against the trainer's path today; and
+#              bench-max-pool at the same settings: the stem's compact max pooling against ATen's
 #   profile    where the step's time goes: `train --benchmark --profile_steps 2` (ResNet-50, batch
 #              256) in fp16 and in bf16, each trace summarised by scripts/trace_summary.py
 #              (kernels by kind and by name, per step)
 #   train      scripts/bench-train.sh: this trainer (CUDA graph without and with
-#              fused_conv_batch_norm, eager, unfused batch norm) next to PyTorch eager and
+#              fused_conv_batch_norm and compact_max_pool, eager, unfused batch norm) next to
+#              PyTorch eager and
 #              compiled, fp16 and bf16 at batch 256 and 32, each ending in its table row
 #              (COMPILE_MODE passes through; max-autotune compiles for minutes a run)
 #   pipeline   TFRecords into the GPU: generated ImageNet-sized JPEGs as TFRecords, bench-input on
@@ -87,7 +90,7 @@ benchmark=(train --config "$root/configs/one-gpu.toml" --data_source synthetic -
 run_stage() {
   case $1 in
     tests)
-      trainer_tests --gtest_filter='Gpu.*:FusedBatchNormGpu.*:ConvBnFusionGpu.*'
+      trainer_tests --gtest_filter='Gpu.*:FusedBatchNormGpu.*:ConvBnFusionGpu.*:MaxPoolGpu.*'
       mpirun -np 1 distributed_tests --gtest_filter='Distributed.Gpu*'
       ;;
     overhead)
@@ -133,6 +136,7 @@ run_stage() {
       for run in "fp16 256" "bf16 256" "fp16 32"; do
         read -r precision batch <<<"$run"
         bench-conv-fusion --precision "$precision" --batch "$batch" || status=$?
+        bench-max-pool --precision "$precision" --batch "$batch" || status=$?
       done
       exit "$status"
       ;;

@@ -70,6 +70,10 @@ struct Config {
   // as it reads), their statistics written by the convolution before (models/conv_bn_fusion.h):
   // cuDNN graphs on the GPU (fp16/bf16, channels_last, training), the plain path elsewhere.
   bool fused_conv_batch_norm = false;
+  // The stem's max pooling as the project's kernels (models/cuda/max_pool.h) on the GPU over
+  // channels_last activations: ATen's values and gradients, with a byte per output kept for
+  // backward instead of ATen's int64 index.
+  bool compact_max_pool = false;
   // The training step's forward, backward, gradient all-reduce and update recorded once as a CUDA
   // graph and replayed each step (src/train/step_graph.h); ignored on the CPU.
   bool cuda_graph = false;

@@ -62,6 +62,7 @@ TrainerOptions trainer_options(const Config& c) {
   o.cuda_graph = c.cuda_graph && c.micro_batches() == 1;  // Note [The step as a CUDA graph]
   o.model.pad_stem_input = c.pad_stem_input;
   o.model.fused_conv_batch_norm = c.fused_conv_batch_norm;
+  o.model.compact_max_pool = c.compact_max_pool;
   o.classifier_only = c.trainable == Trainable::kClassifier;
   o.optimizer = {c.optimizer,    c.momentum,          c.nesterov,
                  c.weight_decay, c.decay_bn_and_bias, c.lars_eta};

@@ -7,6 +7,7 @@
 #include <array>
 
 #include "base/check.h"
+#include "base/cuda_float.cuh"
 #include "data/transforms/normalize_kernel.h"
 
 namespace trainer {
@@ -16,21 +17,6 @@ struct Affine3 {
   float scale[3];
   float shift[3];
 };
-
-template <typename T>
-__device__ T from_float(float v);
-template <>
-__device__ float from_float<float>(float v) {
-  return v;
-}
-template <>
-__device__ __half from_float<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
 
 template <typename T>
 __global__ void normalize_nhwc_kernel(const uint8_t* __restrict__ in, T* __restrict__ out,

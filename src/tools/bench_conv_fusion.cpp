@@ -13,7 +13,6 @@
 // with cuDNN's reason.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
-#include <ATen/cuda/CUDAEvent.h>
 #include <cudnn.h>
 #include <torch/torch.h>
 
@@ -31,6 +30,7 @@
 #include "models/conv_bn_fusion.h"
 #include "models/cuda/conv_bn_graphs.h"
 #include "models/cuda/fused_batch_norm.h"
+#include "src/tools/gpu_timing.h"
 #include "src/tools/tool_main.h"
 
 namespace trainer {
@@ -56,17 +56,6 @@ struct Options {
   std::string precision = "fp16";
   int64_t iterations = 20;
 };
-
-// Mean milliseconds of `work` on the current stream, after warm-up runs (cuDNN's autotuning).
-double time_ms(int64_t iterations, const std::function<void()>& work) {
-  for (int i = 0; i < 3; ++i) work();
-  at::cuda::CUDAEvent start(cudaEventDefault), stop(cudaEventDefault);
-  start.record();
-  for (int64_t i = 0; i < iterations; ++i) work();
-  stop.record();
-  stop.synchronize();
-  return start.elapsed_time(stop) / static_cast<double>(iterations);
-}
 
 // Largest absolute difference over the largest absolute reference value.
 double relative_error(const at::Tensor& got, const at::Tensor& want) {

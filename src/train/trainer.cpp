@@ -92,6 +92,8 @@ Trainer::Trainer(const TrainerOptions& options, c10::Device device, ProcessGroup
                  fused_batch_norm_path(*autocast_dtype_, device.index()));
   if (device.is_cuda() && autocast_dtype_ && options.model.fused_conv_batch_norm)
     spdlog::info("bottlenecks' bn1 and bn2 inside their convolutions (cuDNN graphs, per shape)");
+  if (memory_format_ == c10::MemoryFormat::ChannelsLast && options.model.compact_max_pool)
+    spdlog::info("the stem's max pooling keeps a byte per output (compact_max_pool)");
   const Optimizer::NamedParameters trained = trainable_parameters(model_, options.classifier_only);
   optimizer_ = std::make_unique<Optimizer>(trained, options.optimizer);
   if (group_ && group_->launched()) {
