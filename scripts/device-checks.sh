@@ -5,8 +5,8 @@
 #   tests      the GPU tests (fused input kernel, fused batch norm and the convolution-side
 #              fusion against float64 and the whole ResNet against float32, the compact max
 #              pooling against ATen's bit for bit, fp16/bf16 steps in channels_last, loss
-#              scaling) and the gradient all-reduce over NCCL under
-#              `mpirun -np 1` (fp32/fp16/bf16 wire)
+#              scaling) and the gradient all-reduce over NCCL under `mpirun -np 1`
+#              (fp32/fp16/bf16 wire)
 #   overhead   the gradient path at world size one: `train --benchmark` alone against
 #              `mpirun -np 1 train --benchmark` (bucketing, hooks, NCCL), alternated, twice
 #   allreduce  bench-allreduce over NCCL
@@ -33,9 +33,8 @@
 #              (kernels by kind and by name, per step)
 #   train      scripts/bench-train.sh: this trainer (CUDA graph without and with
 #              fused_conv_batch_norm and compact_max_pool, eager, unfused batch norm) next to
-#              PyTorch eager and
-#              compiled, fp16 and bf16 at batch 256 and 32, each ending in its table row
-#              (COMPILE_MODE passes through; max-autotune compiles for minutes a run)
+#              PyTorch eager and compiled, fp16 and bf16 at batch 256 and 32, each ending in its
+#              table row (COMPILE_MODE passes through; max-autotune compiles for minutes a run)
 #   pipeline   TFRecords into the GPU: generated ImageNet-sized JPEGs as TFRecords, bench-input on
 #              one core and on all, then ResNet-50 (fp16) trained on them for 3 epochs
 #   recipes    every configs/recipes/*.toml in benchmark mode (synthetic data, its precision, batch

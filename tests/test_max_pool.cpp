@@ -118,8 +118,8 @@ torch::Tensor indices_from_places(const torch::Tensor& place, const max_pool::Ge
 }
 
 template <int kLanes>
-void expect_host_pool_matches_aten(int64_t channels, const Window& w) {
-  const int64_t batch = 2, height = 9, width = 8;
+void expect_host_pool_matches_aten(int channels, const Window& w) {
+  const int batch = 2, height = 9, width = 8;
   const torch::Tensor x = tied_input(batch, channels, height, width);
   const auto [want_y, want_index] =
       at::max_pool2d_with_indices(x, {w.kernel}, {w.stride}, {w.padding});

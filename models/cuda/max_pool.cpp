@@ -25,9 +25,18 @@ max_pool::Element element(const at::Tensor& x) {
   }
 }
 
-max_pool::Geometry geometry(at::IntArrayRef input_sizes, int kernel, int stride, int padding) {
-  return max_pool::make_geometry(input_sizes[0], input_sizes[1], static_cast<int>(input_sizes[2]),
-                                 static_cast<int>(input_sizes[3]), kernel, stride, padding);
+// The window over an input of these sizes, in int (compact_max_pool2d checks that the products
+// fit too).
+max_pool::Geometry geometry(at::IntArrayRef input_sizes, int64_t kernel, int64_t stride,
+                            int64_t padding) {
+  auto narrow = [](int64_t v) { return static_cast<int>(v); };
+  return max_pool::make_geometry(narrow(input_sizes[0]), narrow(input_sizes[1]),
+                                 narrow(input_sizes[2]), narrow(input_sizes[3]), narrow(kernel),
+                                 narrow(stride), narrow(padding));
+}
+
+int64_t output_values(const max_pool::Geometry& g) {
+  return int64_t{g.batch} * g.channels * g.out_height * g.out_width;
 }
 
 at::Tensor channels_last(at::IntArrayRef sizes, const at::TensorOptions& options) {
@@ -88,6 +97,9 @@ at::Tensor compact_max_pool2d(const at::Tensor& x, int kernel, int stride, int p
   USER_CHECK(g.out_height >= 1 && g.out_width >= 1, "max pooling window ", kernel, " padding ",
              padding, " does not fit the ", x.size(2), "x", x.size(3),
              " activation: use a larger image_size");
+  // The kernels index in 32 bits; a larger activation (over a billion values) keeps ATen's.
+  if (x.numel() > max_pool::kMaxValues || output_values(g) > max_pool::kMaxValues)
+    return at::max_pool2d(x, kernel, stride, padding);
   return CompactMaxPool::apply(x, kernel, stride, padding);
 }
 

@@ -13,7 +13,8 @@ namespace trainer {
 bool compact_max_pool_applies(const at::Tensor& x);
 
 // max_pool2d(x, kernel, stride, padding) (dilation 1, ceil_mode false), differentiable, where
-// compact_max_pool_applies(x); channels_last output and input gradient.
+// compact_max_pool_applies(x); channels_last output and input gradient. An activation of over
+// 2^30 values (the kernels index in 32 bits) gets ATen's max_pool2d.
 at::Tensor compact_max_pool2d(const at::Tensor& x, int kernel, int stride, int padding);
 
 }  // namespace trainer

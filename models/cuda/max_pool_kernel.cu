@@ -27,11 +27,10 @@ struct alignas(sizeof(T) * kLanes) Pack {
 template <typename T, int kLanes>
 struct InputPack {
   const T* image;  // the image's first value, plus the pack's first channel
-  int width;
-  int64_t channels;
+  int width, channels;
   __host__ __device__ void operator()(int ih, int iw, float (&values)[kLanes]) const {
     const auto pack =
-        *reinterpret_cast<const Pack<T, kLanes>*>(image + (int64_t{ih} * width + iw) * channels);
+        *reinterpret_cast<const Pack<T, kLanes>*>(image + (ih * width + iw) * channels);
     for (int l = 0; l < kLanes; ++l) values[l] = to_float(pack.v[l]);
   }
 };
@@ -41,11 +40,10 @@ template <typename T, int kLanes>
 struct OutputPack {
   const T* dy;
   const uint8_t* place;
-  int out_width;
-  int64_t channels;
+  int out_width, channels;
   __host__ __device__ void operator()(int oh, int ow, float (&grad)[kLanes],
                                       uint8_t (&places)[kLanes]) const {
-    const int64_t at = (int64_t{oh} * out_width + ow) * channels;
+    const int at = (oh * out_width + ow) * channels;
     const auto g = *reinterpret_cast<const Pack<T, kLanes>*>(dy + at);
     const auto p = *reinterpret_cast<const Pack<uint8_t, kLanes>*>(place + at);
     for (int l = 0; l < kLanes; ++l) {
@@ -57,28 +55,20 @@ struct OutputPack {
 
 // Pixel and pack of a flat index over (N, rows, cols, channels / kLanes).
 struct PackIndex {
-  int64_t n;
-  int row, col;
-  int64_t channel;
+  int n, row, col, channel;
 };
 
-__device__ inline PackIndex unflatten(int64_t i, int rows, int cols, int64_t packs_per_pixel,
-                                      int lanes) {
-  PackIndex at;
-  at.channel = (i % packs_per_pixel) * lanes;
-  const int64_t pixel = i / packs_per_pixel;
-  at.col = static_cast<int>(pixel % cols);
-  at.row = static_cast<int>((pixel / cols) % rows);
-  at.n = pixel / (int64_t{cols} * rows);
-  return at;
+__device__ inline PackIndex unflatten(int i, int rows, int cols, int packs_per_pixel, int lanes) {
+  const int pixel = i / packs_per_pixel;
+  return {pixel / (cols * rows), (pixel / cols) % rows, pixel % cols,
+          (i % packs_per_pixel) * lanes};
 }
 
 template <typename T, int kLanes>
 __global__ void forward_kernel(const T* __restrict__ x, T* __restrict__ y,
-                               uint8_t* __restrict__ place, Geometry g, int64_t packs) {
-  const int64_t packs_per_pixel = g.channels / kLanes;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < packs;
-       i += int64_t{gridDim.x} * blockDim.x) {
+                               uint8_t* __restrict__ place, Geometry g, int packs) {
+  const int packs_per_pixel = g.channels / kLanes;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < packs; i += gridDim.x * blockDim.x) {
     const PackIndex at = unflatten(i, g.out_height, g.out_width, packs_per_pixel, kLanes);
     const InputPack<T, kLanes> load{x + at.n * g.height * g.width * g.channels + at.channel,
                                     g.width, g.channels};
@@ -91,7 +81,7 @@ __global__ void forward_kernel(const T* __restrict__ x, T* __restrict__ y,
       out.v[l] = from_float<T>(best[l]);  // exact: a value that was loaded, -inf or NaN
       places.v[l] = where[l];
     }
-    const int64_t offset = i * kLanes;  // the same (N, OH, OW, C) order as the index
+    const int offset = i * kLanes;  // the same (N, OH, OW, C) order as the index
     *reinterpret_cast<Pack<T, kLanes>*>(y + offset) = out;
     *reinterpret_cast<Pack<uint8_t, kLanes>*>(place + offset) = places;
   }
@@ -99,13 +89,12 @@ __global__ void forward_kernel(const T* __restrict__ x, T* __restrict__ y,
 
 template <typename T, int kLanes>
 __global__ void backward_kernel(const T* __restrict__ dy, const uint8_t* __restrict__ place,
-                                T* __restrict__ dx, Geometry g, int64_t packs) {
-  const int64_t packs_per_pixel = g.channels / kLanes;
-  const int64_t out_image = int64_t{g.out_height} * g.out_width * g.channels;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < packs;
-       i += int64_t{gridDim.x} * blockDim.x) {
+                                T* __restrict__ dx, Geometry g, int packs) {
+  const int packs_per_pixel = g.channels / kLanes;
+  const int out_image = g.out_height * g.out_width * g.channels;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < packs; i += gridDim.x * blockDim.x) {
     const PackIndex at = unflatten(i, g.height, g.width, packs_per_pixel, kLanes);
-    const int64_t image = at.n * out_image + at.channel;
+    const int image = at.n * out_image + at.channel;
     const OutputPack<T, kLanes> load{dy + image, place + image, g.out_width, g.channels};
     float grad[kLanes];
     gradient_of_input<kLanes>(g, at.row, at.col, load, grad);
@@ -120,9 +109,9 @@ bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) %
 constexpr int kThreads = 256;
 
 // Enough blocks to fill any current GPU; the grid-stride loop covers the rest.
-unsigned blocks_for(int64_t packs) {
-  constexpr int64_t kMaxBlocks = 1 << 20;
-  return static_cast<unsigned>(std::min<int64_t>((packs + kThreads - 1) / kThreads, kMaxBlocks));
+unsigned blocks_for(int packs) {
+  constexpr int kMaxBlocks = 1 << 20;
+  return static_cast<unsigned>(std::min((packs + kThreads - 1) / kThreads, kMaxBlocks));
 }
 
 // Calls body(T{}) for the element type T that `type` names.
@@ -141,7 +130,7 @@ void for_element(Element type, const Body& body) {
 // Calls launch(lanes, packs): 16-byte packs of T where the channel count and every pointer allow
 // (`vectors` 16-byte aligned, `place` aligned to its pack), one channel a thread otherwise.
 template <typename T, typename Launch>
-void in_packs(int64_t elements, int64_t channels, std::initializer_list<const void*> vectors,
+void in_packs(int elements, int channels, std::initializer_list<const void*> vectors,
               const uint8_t* place, const Launch& launch) {
   constexpr int kWide = 16 / sizeof(T);
   bool wide = channels % kWide == 0 && aligned(place, kWide);
@@ -158,12 +147,12 @@ void in_packs(int64_t elements, int64_t channels, std::initializer_list<const vo
 
 void launch_forward(const void* x, void* y, uint8_t* place, Element type, const Geometry& g,
                     void* stream) {
-  const int64_t outputs = g.batch * g.out_height * g.out_width * g.channels;
+  const int outputs = g.batch * g.out_height * g.out_width * g.channels;
   if (outputs == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
   for_element(type, [&](auto zero) {
     using T = decltype(zero);
-    in_packs<T>(outputs, g.channels, {x, y}, place, [&](auto lanes, int64_t packs) {
+    in_packs<T>(outputs, g.channels, {x, y}, place, [&](auto lanes, int packs) {
       forward_kernel<T, decltype(lanes)::value><<<blocks_for(packs), kThreads, 0, s>>>(
           static_cast<const T*>(x), static_cast<T*>(y), place, g, packs);
     });
@@ -172,12 +161,12 @@ void launch_forward(const void* x, void* y, uint8_t* place, Element type, const 
 
 void launch_backward(const void* dy, const uint8_t* place, void* dx, Element type,
                      const Geometry& g, void* stream) {
-  const int64_t inputs = g.batch * g.height * g.width * g.channels;
+  const int inputs = g.batch * g.height * g.width * g.channels;
   if (inputs == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
   for_element(type, [&](auto zero) {
     using T = decltype(zero);
-    in_packs<T>(inputs, g.channels, {dy, dx}, place, [&](auto lanes, int64_t packs) {
+    in_packs<T>(inputs, g.channels, {dy, dx}, place, [&](auto lanes, int packs) {
       backward_kernel<T, decltype(lanes)::value><<<blocks_for(packs), kThreads, 0, s>>>(
           static_cast<const T*>(dy), place, static_cast<T*>(dx), g, packs);
     });

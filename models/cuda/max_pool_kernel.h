@@ -21,16 +21,19 @@ namespace trainer::max_pool {
 
 // An (N, H, W, C) input pooled by a square `kernel` at `stride` with `padding` on every side, as
 // max_pool2d with dilation 1 and ceil_mode false: the output is (N, out_height, out_width, C).
+// The kernels index in 32 bits: input and output hold at most kMaxValues values each.
 struct Geometry {
-  int64_t batch = 0, channels = 0;
+  int batch = 0, channels = 0;
   int height = 0, width = 0, out_height = 0, out_width = 0;
   int kernel = 0, stride = 0, padding = 0;
 };
 
 // The kernel's kernel x kernel places fit a byte.
 constexpr int kMaxKernel = 15;
+// 2^30: an index plus a grid's stride stays below 2^31.
+constexpr int64_t kMaxValues = int64_t{1} << 30;
 
-inline Geometry make_geometry(int64_t batch, int64_t channels, int height, int width, int kernel,
+inline Geometry make_geometry(int batch, int channels, int height, int width, int kernel,
                               int stride, int padding) {
   auto out = [&](int in) { return (in + 2 * padding - kernel) / stride + 1; };
   return {batch, channels, height, width, out(height), out(width), kernel, stride, padding};
@@ -65,7 +68,9 @@ TRAINER_HOST_DEVICE inline uint8_t place_in_window(const Geometry& g, int ih, in
 // One output pixel's maximum and its place, kLanes channels at once; load(ih, iw, values) reads
 // input pixel (ih, iw)'s lanes as float. The choice is ATen's: the first largest value in
 // row-major order, and a NaN wins over any number (the last NaN), so the values, and the
-// gradients that follow the places, are ATen's bit for bit.
+// gradients that follow the places, are ATen's bit for bit. One difference: a window of nothing
+// but -inf gives its gradient to its first value, as ATen's CPU and NCHW kernels do, where
+// ATen's channels_last CUDA kernel records index 0 and drops it (a ReLU's output has no -inf).
 template <int kLanes, typename Load>
 TRAINER_HOST_DEVICE void max_of_window(const Geometry& g, int oh, int ow, const Load& load,
                                        float (&best)[kLanes], uint8_t (&place)[kLanes]) {
