@@ -73,10 +73,12 @@ int run_benchmark(const Options& o) {
   const at::ScalarType dtype = o.precision == "bf16"   ? at::kBFloat16
                                : o.precision == "fp32" ? at::kFloat
                                                        : at::kHalf;
-  const auto options =
-      at::TensorOptions(at::kCUDA).dtype(dtype).memory_format(at::MemoryFormat::ChannelsLast);
-  // After a BN+ReLU: non-negative, with the ReLU's zeros tying many windows.
-  const at::Tensor x = at::randn({o.batch, kChannels, kSide, kSide}, options).relu_();
+  // After a BN+ReLU: non-negative, with the ReLU's zeros tying many windows; channels_last, as
+  // the model's activations.
+  const at::Tensor x =
+      at::randn({o.batch, kChannels, kSide, kSide}, at::device(at::kCUDA).dtype(dtype))
+          .contiguous(at::MemoryFormat::ChannelsLast)
+          .relu_();
   const Pool aten = [](const at::Tensor& t) {
     return at::max_pool2d(t, kKernel, kStride, kPadding);
   };
