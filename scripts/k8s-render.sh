@@ -87,10 +87,13 @@ if [ -n "$min_workers$max_workers" ] && [[ "$target" != pytorchjob-* ]]; then
   exit 2
 fi
 
-# The kustomization for this run lives in build/k8s/TARGET, three levels below the root, and
-# builds on k8s/... by a relative path (kustomize accepts no absolute ones).
-out=$root/build/k8s/$target
-mkdir -p "$out"
+# The kustomization for this run lives in a folder of its own, build/k8s/TARGET.XXXXXX, three
+# levels below the root, and builds on k8s/... by a relative path (kustomize accepts no absolute
+# ones). Its own: two renders of a target at once (the tests, two users) would otherwise write
+# each other's settings.
+mkdir -p "$root/build/k8s"
+out=$(mktemp -d "$root/build/k8s/$target.XXXXXX")
+trap 'rm -rf "$out"' EXIT
 kubectl=${KUBECTL:-kubectl}
 kustomize_build() {
   # LoadRestrictionsNone: the kustomizations read the trainer configs from configs/, outside k8s/.

@@ -3,6 +3,7 @@
 batch holds at every node count, its micro-batch shrinking where the ranks outnumber it; and a
 run that could not start is refused with exit 2, the key and the fix. scripts/k8s-render.sh
 plans each config so for both node types at 1, 2 and 20 nodes, and renders only what starts."""
+import concurrent.futures
 import os
 import re
 import shutil
@@ -139,30 +140,35 @@ def test_every_shipped_config_renders_for_both_node_types_at_1_2_and_20_nodes(co
     trainer planned it; a config that cannot start at that size renders nothing, with the plan's
     error, exactly where `train --plan_world_size` refuses it."""
     yaml = pytest.importorskip("yaml", reason="pyyaml is missing: run scripts/setup.sh")
-    for target in MPIJOB_TARGETS:
-        for nodes in NODE_COUNTS:
-            where = f"{config_id(config)} on {nodes} x {target}"
-            planned, plan_out = plan(config, nodes * 8)
-            proc = render(target, config, kubectl, "--workers", str(nodes))
-            if planned != 0:
-                assert proc.returncode == 2 and proc.stdout == "", f"{where}: {proc.stderr}"
-                assert f"cannot start at {nodes * 8} ranks" in proc.stderr, where
-                error = plan_out.strip().splitlines()[-1].split("[error] ")[-1]
-                assert error in proc.stderr, f"{where}: {proc.stderr}"
-                continue
-            assert proc.returncode == 0, f"{where}: {proc.stderr}"
-            assert f"plan for {nodes * 8} rank(s)" in proc.stderr, f"{where}: {proc.stderr}"
-            docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
-            config_maps = [d["data"]["trainer.toml"] for d in docs if d["kind"] == "ConfigMap"
-                           and d["metadata"]["name"].startswith("trainer-config")]
-            assert config_maps == [config.read_text()], where
-            jobs = [d for d in docs if d["kind"] == "MPIJob"]
-            assert len(jobs) == 1, where
-            spec = jobs[0]["spec"]
-            assert spec["mpiReplicaSpecs"]["Worker"]["replicas"] == nodes, where
-            assert spec["slotsPerWorker"] == 8, where
-            launcher = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
-            assert launcher["args"][:2] == ["-np", str(nodes * 8)], where
+    cases = [(target, nodes) for target in MPIJOB_TARGETS for nodes in NODE_COUNTS]
+    # Each plan and render is a process that mostly loads LibTorch on one core: two at a time.
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        plans = dict(zip(NODE_COUNTS, pool.map(lambda nodes: plan(config, nodes * 8),
+                                                NODE_COUNTS)))
+        renders = dict(zip(cases, pool.map(
+            lambda case: render(case[0], config, kubectl, "--workers", str(case[1])), cases)))
+    for target, nodes in cases:
+        where = f"{config_id(config)} on {nodes} x {target}"
+        (planned, plan_out), proc = plans[nodes], renders[target, nodes]
+        if planned != 0:
+            assert proc.returncode == 2 and proc.stdout == "", f"{where}: {proc.stderr}"
+            assert f"cannot start at {nodes * 8} ranks" in proc.stderr, where
+            error = plan_out.strip().splitlines()[-1].split("[error] ")[-1]
+            assert error in proc.stderr, f"{where}: {proc.stderr}"
+            continue
+        assert proc.returncode == 0, f"{where}: {proc.stderr}"
+        assert f"plan for {nodes * 8} rank(s)" in proc.stderr, f"{where}: {proc.stderr}"
+        docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
+        config_maps = [d["data"]["trainer.toml"] for d in docs if d["kind"] == "ConfigMap"
+                       and d["metadata"]["name"].startswith("trainer-config")]
+        assert config_maps == [config.read_text()], where
+        jobs = [d for d in docs if d["kind"] == "MPIJob"]
+        assert len(jobs) == 1, where
+        spec = jobs[0]["spec"]
+        assert spec["mpiReplicaSpecs"]["Worker"]["replicas"] == nodes, where
+        assert spec["slotsPerWorker"] == 8, where
+        launcher = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+        assert launcher["args"][:2] == ["-np", str(nodes * 8)], where
 
 
 def test_a_recipe_on_twenty_nodes_renders_with_a_smaller_micro_batch(kubectl):
