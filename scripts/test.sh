@@ -3,6 +3,9 @@
 # and the Python interop tests (pytest). Tests that need a GPU or a cluster skip with a reason.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+# Each traced command with the time it started, so that a log shows where the run's time went.
+PS4='+ $(date +%T) '
+echo "test.sh: started at $(date +%T)" >&2
 python=$("$root/scripts/setup.sh" | tail -n 1)
 export BUILD_DIR=${BUILD_DIR:-$root/build}
 "$root/scripts/build.sh"
@@ -31,5 +34,20 @@ BUILD_DIR="$root/build-fuzz" "$root/scripts/fuzz.sh" --check records example ima
 if [ -n "$image_build" ]; then
   wait "$image_build" || echo "test.sh: the early image build failed ($(tail -n 1 "$image_log")); the image tests build it again"
 fi
-# --durations: the slowest tests, so that each change sees where the suite's time goes.
-TRAINER_BUILD_DIR="$BUILD_DIR" "$python" -m pytest -q -rs --durations=25 "$root/tests"
+# pytest in two passes, both run whatever the first's result. First the tests but those marked
+# serial, as many at a time as there are cores (pytest-xdist), a whole file to a worker so that a
+# file's fixtures are made once, each process with one LibTorch thread (see ctest above); many
+# of them wait on processes, sleeps and start-ups and leave a core idle. Then the serial ones
+# (tests/conftest.py says which and why) alone, with every core. --durations: the slowest tests,
+# so that each change sees where the suite's time goes.
+export TRAINER_BUILD_DIR=$BUILD_DIR
+status=0
+OMP_NUM_THREADS=1 "$python" -m pytest -q -rs --durations=15 -m "not serial" \
+  -n "$(nproc)" --dist loadfile "$root/tests" || status=1
+"$python" -m pytest -q -rs --durations=15 -m serial "$root/tests" || status=1
+set +x
+if [ "$status" != 0 ]; then
+  echo "test.sh: pytest failed (above); ended at $(date +%T), $((SECONDS / 60)) min in all" >&2
+  exit 1
+fi
+echo "test.sh: passed at $(date +%T), $((SECONDS / 60)) min $((SECONDS % 60)) s in all" >&2

@@ -9,6 +9,27 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BUILD = pathlib.Path(os.environ.get("TRAINER_BUILD_DIR", ROOT / "build"))
 
+# Tests marked `serial`, which scripts/test.sh runs alone after the others (those two at a time):
+# those that assert a deadline a busy machine could make them miss (a checkpoint before mpirun's
+# SIGKILL, a stuck or killed rank ending the job, the chaos scenarios' bounds, a teardown's
+# wait) and those that run the container image (whole jobs on every core, one image build).
+SERIAL_MODULES = {
+    "deploy/test_eks_scripts.py", "deploy/test_image.py", "deploy/test_image_run.py",
+    "deploy/test_pytorchjob.py", "deploy/test_rehearsal_names.py", "test_chaos.py",
+    "test_distributed_cli.py", "test_elastic.py", "test_faults.py", "test_imagenet_convert.py",
+    "test_stop_deadline.py", "test_torchrun.py",
+}
+
+
+def pytest_collection_modifyitems(items):
+    tests = pathlib.Path(__file__).parent
+    missing = sorted(m for m in SERIAL_MODULES if not (tests / m).is_file())
+    if missing:  # renamed: its tests would run two at a time, unnoticed
+        raise pytest.UsageError(f"conftest.py's SERIAL_MODULES names no such file: {missing}")
+    for item in items:
+        if item.path.relative_to(tests).as_posix() in SERIAL_MODULES:
+            item.add_marker(pytest.mark.serial)
+
 
 def binary(name):
     """Path of a built binary; skips the test when the build has not produced it."""
