@@ -24,9 +24,11 @@ if command -v podman >/dev/null; then
 fi
 
 set -x
-# One test at a time: each already uses every core (LibTorch's intra-op threads), and two
-# OpenMP pools spinning on 2 cores slow each other down many times over.
-ctest --test-dir "$BUILD_DIR" --output-on-failure
+# As many tests at a time as there are cores, each process with one LibTorch thread: two OpenMP
+# pools of every core's threads spin against each other and slow both many times over. Most
+# cases spend their second loading LibTorch on one core; the multi-rank tests run alone
+# (RUN_SERIAL, tests/CMakeLists.txt).
+OMP_NUM_THREADS=1 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$(nproc)"
 # The short sanitizer pass: the parsers that need no LibTorch built with clang under
 # AddressSanitizer and UndefinedBehaviorSanitizer, each fuzz target's corpus replayed and 3,000
 # mutations of it from a fixed seed. The full runs: scripts/sanitize.sh, scripts/fuzz.sh.
@@ -36,7 +38,7 @@ if [ -n "$image_build" ]; then
 fi
 # pytest in two passes, both run whatever the first's result. First the tests but those marked
 # serial, as many at a time as there are cores (pytest-xdist), a whole file to a worker so that a
-# file's fixtures are made once, each process with one LibTorch thread (see ctest above); many
+# file's fixtures are made once, each process with one LibTorch thread (as ctest's above); many
 # of them wait on processes, sleeps and start-ups and leave a core idle. Then the serial ones
 # (tests/conftest.py says which and why) alone, with every core. --durations: the slowest tests,
 # so that each change sees where the suite's time goes.
