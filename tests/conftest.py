@@ -1,4 +1,4 @@
-"""Shared fixtures for the Python tests: where the build put the binaries."""
+"""Shared fixtures for the Python tests: where the build put the binaries; which tests run alone."""
 import os
 import pathlib
 import subprocess
@@ -27,7 +27,8 @@ def pytest_collection_modifyitems(items):
     if missing:  # renamed: its tests would run two at a time, unnoticed
         raise pytest.UsageError(f"conftest.py's SERIAL_MODULES names no such file: {missing}")
     for item in items:
-        if item.path.relative_to(tests).as_posix() in SERIAL_MODULES:
+        if item.path.is_relative_to(tests) and \
+                item.path.relative_to(tests).as_posix() in SERIAL_MODULES:
             item.add_marker(pytest.mark.serial)
 
 
