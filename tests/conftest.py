@@ -9,7 +9,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BUILD = pathlib.Path(os.environ.get("TRAINER_BUILD_DIR", ROOT / "build"))
 
-# Tests marked `serial`, which scripts/test.sh runs alone after the others (those two at a time):
+# Tests marked `serial`, which scripts/test.sh runs alone after the others (those one per core):
 # those that assert a deadline a busy machine could make them miss (a checkpoint before mpirun's
 # SIGKILL, a stuck or killed rank ending the job, the chaos scenarios' bounds, a teardown's
 # wait) and those that run the container image (whole jobs on every core, one image build).
