@@ -31,10 +31,10 @@
 #   profile    where the step's time goes: `train --benchmark --profile_steps 2` (ResNet-50, batch
 #              256) in fp16 and in bf16, each trace summarised by scripts/trace_summary.py
 #              (kernels by kind and by name, per step)
-#   train      scripts/bench-train.sh: this trainer (CUDA graph without and with
-#              fused_conv_batch_norm and compact_max_pool, eager, unfused batch norm) next to
-#              PyTorch eager and compiled, fp16 and bf16 at batch 256 and 32, each ending in its
-#              table row (COMPILE_MODE passes through; max-autotune compiles for minutes a run)
+#   train      scripts/bench-train.sh: this trainer (CUDA graph, eager, eager on ATen's batch
+#              norm and max pooling) next to PyTorch eager and compiled, fp16 and bf16 at batch
+#              256 and 32 (TRAIN_RUNS), each ending in its table row (COMPILE_MODE passes through;
+#              max-autotune compiles for minutes a run)
 #   pipeline   TFRecords into the GPU: generated ImageNet-sized JPEGs as TFRecords, bench-input on
 #              one core and on all, then ResNet-50 (fp16) trained on them for 3 epochs
 #   recipes    every configs/recipes/*.toml in benchmark mode (synthetic data, its precision, batch
@@ -42,6 +42,7 @@
 #   techniques the recipes' techniques on the GPU: `train --benchmark` (bf16) with each one on
 #              against none, then the smoke run in fp16 with all of them on (EMA evaluated)
 # Usage: [TRAIN_ARGS="--cuda_graph true"] scripts/device-checks.sh [STAGE ...]
+# TRAIN_RUNS: the train stage's PRECISION:BATCH runs (default "fp16:256 bf16:256 fp16:32 bf16:32").
 # TRAIN_ARGS: keys added to every run of `train` in the numerics, profile, recipes, techniques and
 # pipeline stages (e.g. every recipe with the step as a CUDA graph).
 # Output goes to the terminal and to $OUT/device-checks.log (OUT defaults to /tmp/device-out),
@@ -89,8 +90,12 @@ benchmark=(train --config "$root/configs/one-gpu.toml" --data_source synthetic -
 run_stage() {
   case $1 in
     tests)
-      trainer_tests --gtest_filter='Gpu.*:FusedBatchNormGpu.*:ConvBnFusionGpu.*:MaxPoolGpu.*'
-      mpirun -np 1 distributed_tests --gtest_filter='Distributed.Gpu*'
+      # Both suites run, whichever fails: one failure must not hide the other suite's results.
+      status=0
+      trainer_tests --gtest_filter='Gpu.*:FusedBatchNormGpu.*:ConvBnFusionGpu.*:MaxPoolGpu.*' ||
+        status=$?
+      mpirun -np 1 distributed_tests --gtest_filter='Distributed.Gpu*' || status=$?
+      exit "$status"
       ;;
     overhead)
       for run in 1 2; do
@@ -145,31 +150,35 @@ run_stage() {
       ;;
     v100)
       # 15 GiB: a V100's 15.8 less its CUDA context and NCCL's buffers, which the cap leaves out.
+      log=${TMPDIR:-/tmp}/device-v100.log
       for graph in false true; do
         echo "-- cuda_graph $graph"
         rm -rf "${TMPDIR:-/tmp}/device-v100"
-        {
-          train --config "$root/configs/p3.16xlarge.toml" --data_source generated --num_classes 10 \
-            --generated_classes 10 --generated_train_images 1636 --generated_val_images 512 \
-            --epoch_order global --epochs 2 --warmup_epochs 1 --log_every_steps 1 \
-            --gpu_memory_gib 15 --cuda_graph "$graph" --output_dir "${TMPDIR:-/tmp}/device-v100" \
-            2>&1 || echo "exit status $?"
-        } | grep -E -A1 'GPU memory|CUDA graph|img/s|eval epoch|final|error|exit status'
+        status=0
+        train --config "$root/configs/p3.16xlarge.toml" --data_source generated --num_classes 10 \
+          --generated_classes 10 --generated_train_images 1636 --generated_val_images 512 \
+          --epoch_order global --epochs 2 --warmup_epochs 1 --log_every_steps 1 \
+          --gpu_memory_gib 15 --cuda_graph "$graph" --output_dir "${TMPDIR:-/tmp}/device-v100" \
+          >"$log" 2>&1 || status=$?
+        grep -E -A1 'GPU memory|CUDA graph|img/s|eval epoch|final|error' "$log" || true
+        [ "$status" -eq 0 ] || {
+          echo "the run failed: exit status $status"
+          exit 1
+        }
       done
       echo "-- in 4 GiB: the run stops with exit status 2, saying what to change"
-      {
-        status=0
-        train --config "$root/configs/p3.16xlarge.toml" --data_source synthetic --num_classes 10 \
-          --max_steps 5 --gpu_memory_gib 4 --output_dir "${TMPDIR:-/tmp}/device-v100-small" 2>&1 ||
-          status=$?
-        echo "exit status $status"
-      } | grep -E -A1 'GPU memory|memory this run needs|exit status'
+      status=0
+      train --config "$root/configs/p3.16xlarge.toml" --data_source synthetic --num_classes 10 \
+        --epoch_order global --max_steps 5 --gpu_memory_gib 4 --output_dir "${TMPDIR:-/tmp}/device-v100-small" \
+        >"$log" 2>&1 || status=$?
+      grep -E -A1 'GPU memory|memory this run needs' "$log" || true
+      echo "exit status $status"
+      [ "$status" -eq 2 ] && grep -q 'memory this run needs' "$log"
       ;;
     train)
-      for precision in fp16 bf16; do
-        for batch in 256 32; do
-          BUILD_DIR=$bundle/bin PYTHON=python3 "$root/scripts/bench-train.sh" "$precision" "$batch"
-        done
+      read -r -a runs <<<"${TRAIN_RUNS:-fp16:256 bf16:256 fp16:32 bf16:32}"
+      for run in "${runs[@]}"; do
+        BUILD_DIR=$bundle/bin PYTHON=python3 "$root/scripts/bench-train.sh" "${run%:*}" "${run#*:}"
       done
       ;;
     pipeline)

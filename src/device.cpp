@@ -1,5 +1,6 @@
 #include "src/device.h"
 
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -57,6 +58,10 @@ void limit_gpu_memory(c10::Device device, double gib) {
                  card / static_cast<double>(1ull << 30));
     return;
   }
+  // LibTorch makes its CUDA allocator at the first CUDA tensor; a cap set before that throws
+  // "Allocator not initialized", so CUDA's lazy set-up runs first (as PyTorch's
+  // torch.cuda.set_per_process_memory_fraction does).
+  at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
   c10::cuda::CUDACachingAllocator::setMemoryFraction(limit / card, device.index());
   spdlog::info(
       "GPU memory: LibTorch's allocator may take {} GiB of the card's {:.1f} "
