@@ -541,6 +541,24 @@ TEST(Training, EagerStepBesideTheGraphIsEstimatedFromTheRecordingScaledByItsImag
             std::numeric_limits<int64_t>::max());
 }
 
+// A recipe's global_batch above batch_size x ranks accumulates micro-batches, which the graph
+// does not record: those runs step eagerly. A benchmark steps one batch at a time, so a recipe
+// benchmarked on one GPU has its graph.
+TEST(Training, CudaGraphIsOnUnlessAStepAccumulatesMicroBatches) {
+  Config c = small_config("graph");
+  c.cuda_graph = true;
+  validate_config(c);
+  EXPECT_TRUE(trainer_options(c).cuda_graph);
+  c.global_batch = 2 * c.batch_size;
+  validate_config(c);
+  ASSERT_EQ(c.micro_batches(), 2);
+  EXPECT_FALSE(trainer_options(c).cuda_graph);
+  c.benchmark = true;
+  EXPECT_TRUE(trainer_options(c).cuda_graph);
+  c.cuda_graph = false;
+  EXPECT_FALSE(trainer_options(c).cuda_graph);
+}
+
 TEST(Training, CudaGraphGoesOnEveryRankWhenOneRankHasNoRoom) {
   // The ranks' graphs hold their gradient all-reduces, which NCCL needs recorded and replayed
   // alike on every rank: each rank votes its own want of room, and one want releases them all.

@@ -35,8 +35,9 @@ namespace trainer {
 // - Eager instead of it: every step of a shape seen fewer than `warmup_steps` times in a row (a
 //   short last step, the first steps at a new image size) and, with several ranks, every short
 //   step where the ranks' shares differ (Trainer::accumulate). With micro-batch accumulation the
-//   graph is off (trainer_options): its steps would run eagerly beside a recording of the short
-//   step's one micro-batch, which no make_room sizes.
+//   graph is off (trainer_options; a benchmark steps one batch at a time and keeps it): its steps
+//   would run eagerly beside a recording of the short step's one micro-batch, which no make_room
+//   sizes.
 // - The host keeps within two steps of the device (Trainer::limit_lead, Note [The host's lead]).
 // Capture follows warm-up steps of the same shape, which leave cuDNN's autotuning cached and the
 // libraries' per-stream workspaces made, on a side stream as CUDA requires (never the default
