@@ -72,8 +72,8 @@ struct Config {
   bool fused_conv_batch_norm = false;
   // The stem's max pooling as the project's kernels (models/cuda/max_pool.h) on the GPU over
   // channels_last activations: ATen's values and gradients, with a byte per output kept for
-  // backward instead of ATen's int64 index.
-  bool compact_max_pool = false;
+  // backward instead of ATen's int64 index (3.7x ATen's pooling on an H200, docs/BENCHMARKS.md).
+  bool compact_max_pool = true;
   // The training step's forward, backward, gradient all-reduce and update recorded once as a CUDA
   // graph and replayed each step (src/train/step_graph.h); ignored on the CPU.
   bool cuda_graph = false;
