@@ -249,12 +249,13 @@ void ResNetImpl::initialize_weights() {
 }
 
 torch::Tensor ResNetImpl::stem_convolution(const torch::Tensor& x) {
-  if (!options_.pad_stem_input || x.size(1) != 3) return conv1(x);
-  // Pads dimension 1 (channels) by one at the end; the layouts stay channels_last if they were.
-  const std::vector<int64_t> one_more_channel = {0, 0, 0, 0, 0, 1};
+  const int64_t added = options_.stem_input_channels - x.size(1);
+  if (added <= 0) return conv1(x);
+  // Pads dimension 1 (channels) at the end; the layouts stay channels_last if they were.
+  const std::vector<int64_t> more_channels = {0, 0, 0, 0, 0, added};
   const torch::Tensor input =
-      at::constant_pad_nd(x, one_more_channel).contiguous(x.suggest_memory_format());
-  const torch::Tensor weight = at::constant_pad_nd(conv1->weight, one_more_channel)
+      at::constant_pad_nd(x, more_channels).contiguous(x.suggest_memory_format());
+  const torch::Tensor weight = at::constant_pad_nd(conv1->weight, more_channels)
                                    .contiguous(conv1->weight.suggest_memory_format());
   return at::conv2d(input, weight, /*bias=*/{}, /*stride=*/kStemStride, /*padding=*/kStemPadding);
 }

@@ -10,11 +10,11 @@
 #   overhead   the gradient path at world size one: `train --benchmark` alone against
 #              `mpirun -np 1 train --benchmark` (bucketing, hooks, NCCL), alternated, twice
 #   allreduce  bench-allreduce over NCCL
-#   graph      the step as a CUDA graph (cuda_graph) against the eager step: `train --benchmark`
-#              at batch 32 and 256, fp16 and bf16, alone and under `mpirun -np 1` (the gradient
-#              all-reduce recorded in the graph); pad_stem_input off and on. One run each, so that
-#              `TRAIN_ARGS="--cuda_graph true" device-checks.sh tests graph v100 recipes` fits one call
-#              of a session's device time (the table's figures are the train stage's)
+#   graph      the step as a CUDA graph (cuda_graph) against the eager step under `mpirun -np 1`
+#              (the gradient all-reduce recorded in the graph), fp16 at batch 32 (the graph alone:
+#              the train stage)
+#   stem       the stem convolution's input channels (stem_input_channels 3, 4 and 8), bf16 and
+#              fp16 at batch 256, eager
 #   v100       configs/p3.16xlarge.toml's work per GPU (ResNet-50, fp16, 256 images of 224 px) in
 #              a 16 GB V100's memory (gpu_memory_gib 15), eager and with the step as a CUDA graph:
 #              generated images, each epoch 6 full steps, a short one and an evaluation; then
@@ -52,9 +52,9 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] ||
-  stages=(tests graph v100 numerics fusion profile overhead allreduce train pipeline recipes
+  stages=(tests graph stem v100 numerics fusion profile overhead allreduce train pipeline recipes
     techniques)
-known=" tests overhead allreduce graph v100 numerics fusion profile train pipeline recipes techniques "
+known=" tests overhead allreduce graph stem v100 numerics fusion profile train pipeline recipes techniques "
 for stage in "${stages[@]}"; do
   [[ $known == *" $stage "* ]] || {
     echo "unknown stage $stage (known:$known)" >&2
@@ -106,23 +106,20 @@ run_stage() {
       done
       ;;
     graph)
-      for precision in fp16 bf16; do
-        for batch in 32 256; do
-          for graph in false true; do
-            echo "-- $precision batch $batch cuda_graph $graph"
-            "${benchmark[@]}" --precision "$precision" --batch_size "$batch" --cuda_graph "$graph" \
-              2>&1 | grep -E 'benchmark |CUDA graph|error'
-          done
-        done
-      done
-      for pad in false true; do
-        echo "-- fp16 batch 256 pad_stem_input $pad"
-        "${benchmark[@]}" --pad_stem_input "$pad" 2>&1 | grep -E 'benchmark |error'
-      done
+      # The graph alone is measured by the train stage; here, with the gradient all-reduce in it.
       for graph in false true; do
         echo "-- mpirun -np 1, fp16 batch 32, cuda_graph $graph"
         mpirun -np 1 "${benchmark[@]}" --batch_size 32 --cuda_graph "$graph" 2>&1 |
           grep -E 'benchmark |CUDA graph|error'
+      done
+      ;;
+    stem)
+      for precision in bf16 fp16; do
+        for channels in 3 4 8; do
+          echo "-- $precision batch 256 stem_input_channels $channels"
+          "${benchmark[@]}" --precision "$precision" --stem_input_channels "$channels" 2>&1 |
+            grep -E 'benchmark |error'
+        done
       done
       ;;
     allreduce) mpirun -np 1 bench-allreduce ;;

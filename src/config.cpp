@@ -95,8 +95,8 @@ void add_options(CLI::App& app, Config& c) {
       "the stem's max pooling keeps a byte per output for backward, not an int64 (GPU)");
   add("Device", "cuda_graph", c.cuda_graph,
       "the step's forward, backward, all-reduce and update replayed as one CUDA graph (GPU)");
-  add("Device", "pad_stem_input", c.pad_stem_input,
-      "the stem convolution reads 4 channels, the 4th zero (cuDNN's NHWC kernels)");
+  add("Device", "stem_input_channels", c.stem_input_channels,
+      "3 | 4 | 8: the channels the stem convolution reads, the image's and zeros (cuDNN's NHWC)");
   add("Device", "gpu_memory_gib", c.gpu_memory_gib,
       "most GPU memory the allocator may take, GiB (e.g. 15: a 16 GB V100's); 0: the card's");
   add_choice("Data", "data_source", c.data_source, "synthetic | generated | tfrecord");

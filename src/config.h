@@ -77,8 +77,9 @@ struct Config {
   // The training step's forward, backward, gradient all-reduce and update recorded once as a CUDA
   // graph and replayed each step (src/train/step_graph.h); ignored on the CPU.
   bool cuda_graph = false;
-  // The stem's convolution on 4 input channels, the 4th zero (models/resnet.h); same results.
-  bool pad_stem_input = false;
+  // The channels the stem's convolution reads: 3, the image's; 4 or 8, the image and zero
+  // channels, for cuDNN's NHWC kernels (models/resnet.h); the same results.
+  int64_t stem_input_channels = 3;
   // The most GPU memory LibTorch's allocator may take, GiB (a smaller card's on a larger one, or a
   // share of a GPU); 0: the whole card. Ignored on the CPU.
   double gpu_memory_gib = 0;

@@ -59,6 +59,9 @@ void validate_sizes_and_parallelism(const Config& c) {
         "must be > 0 seconds");
   check(std::isfinite(c.gpu_memory_gib) && c.gpu_memory_gib >= 0, "gpu_memory_gib",
         c.gpu_memory_gib, "must be >= 0 GiB (0: the whole card)");
+  check(c.stem_input_channels == 3 || c.stem_input_channels == 4 || c.stem_input_channels == 8,
+        "stem_input_channels", c.stem_input_channels,
+        "must be 3 (the image's channels), 4 or 8 (the image and zero channels)");
   check(c.global_batch == 0 || c.global_batch >= c.world_size, "global_batch", c.global_batch,
         "must be 0 or at least one image per rank (" + std::to_string(c.world_size) +
             " ranks). Fix: a global_batch of at least the number of GPUs, or fewer ranks");

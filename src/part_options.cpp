@@ -62,7 +62,7 @@ TrainerOptions trainer_options(const Config& c) {
   // The graph records a step of one micro-batch (Note [The step as a CUDA graph]); a benchmark's
   // steps are one batch each, whatever global_batch says (run_benchmark).
   o.cuda_graph = c.cuda_graph && (c.benchmark || c.micro_batches() == 1);
-  o.model.pad_stem_input = c.pad_stem_input;
+  o.model.stem_input_channels = c.stem_input_channels;
   o.model.fused_conv_batch_norm = c.fused_conv_batch_norm;
   o.model.compact_max_pool = c.compact_max_pool;
   o.classifier_only = c.trainable == Trainable::kClassifier;

@@ -128,31 +128,33 @@ TEST(ResNet, ForwardGivesLogitsPerImage) {
   EXPECT_EQ(logits.sizes(), (std::vector<int64_t>{2, 7}));
 }
 
-// pad_stem_input changes how conv1 runs, not what it computes: the same logits and gradients in
-// either memory layout, and the same state dict (conv1 keeps torchvision's 3 input channels).
+// stem_input_channels changes how conv1 runs, not what it computes: the same logits and gradients
+// in either memory layout and at 4 and 8 channels, and the same state dict (conv1 keeps
+// torchvision's 3 input channels).
 TEST(ResNet, PaddedStemGivesTheSameLogitsGradientsAndStateDict) {
-  for (auto format : {torch::MemoryFormat::Contiguous, torch::MemoryFormat::ChannelsLast}) {
-    ResNetOptions options{18, 5, false};
-    torch::manual_seed(3);
-    ResNet plain(options);
-    options.pad_stem_input = true;
-    torch::manual_seed(3);
-    ResNet padded(options);
-    torch::manual_seed(4);
-    const torch::Tensor images = torch::randn({2, 3, 40, 40}).contiguous(format);
-    const torch::Tensor want = plain->forward(images), got = padded->forward(images);
-    EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-5)) << (got - want).abs().max();
-    want.square().sum().backward();
-    got.square().sum().backward();
-    auto expected = plain->named_parameters();
-    for (const auto& item : padded->named_parameters()) {
-      EXPECT_EQ(item.value().sizes(), expected[item.key()].sizes()) << item.key();
-      const torch::Tensor& a = item.value().grad();
-      const torch::Tensor& b = expected[item.key()].grad();
-      EXPECT_TRUE(torch::allclose(a, b, 1e-4, 1e-5 * b.abs().max().item<double>()))
-          << item.key() << " " << (a - b).abs().max();
+  for (const int64_t channels : {4, 8})
+    for (auto format : {torch::MemoryFormat::Contiguous, torch::MemoryFormat::ChannelsLast}) {
+      ResNetOptions options{18, 5, false};
+      torch::manual_seed(3);
+      ResNet plain(options);
+      options.stem_input_channels = channels;
+      torch::manual_seed(3);
+      ResNet padded(options);
+      torch::manual_seed(4);
+      const torch::Tensor images = torch::randn({2, 3, 40, 40}).contiguous(format);
+      const torch::Tensor want = plain->forward(images), got = padded->forward(images);
+      EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-5)) << (got - want).abs().max();
+      want.square().sum().backward();
+      got.square().sum().backward();
+      auto expected = plain->named_parameters();
+      for (const auto& item : padded->named_parameters()) {
+        EXPECT_EQ(item.value().sizes(), expected[item.key()].sizes()) << item.key();
+        const torch::Tensor& a = item.value().grad();
+        const torch::Tensor& b = expected[item.key()].grad();
+        EXPECT_TRUE(torch::allclose(a, b, 1e-4, 1e-5 * b.abs().max().item<double>()))
+            << item.key() << " " << (a - b).abs().max();
+      }
     }
-  }
 }
 
 TEST(ResNet, UnknownDepthOrArchIsAUserError) {
