@@ -47,7 +47,7 @@ struct ResNetOptions {
   // The channels the stem's convolution reads: above 3, the image and zero channels, with zero
   // input channels of its weight to match (the parameter stays torchvision's 3). cuDNN's NHWC
   // convolutions want channel counts divisible by 4 or 8 (MLPerf's ResNet-50 pads its input to
-  // 4); on an H200 the bf16 stem took ATen's slowest kernels of the step. The same outputs.
+  // 4). The same outputs.
   int64_t stem_input_channels = 3;
   // On the GPU, the stem's max pooling as the project's kernels (models/cuda/max_pool.h): ATen's
   // values and gradients, a byte per output kept for backward instead of an int64 index.

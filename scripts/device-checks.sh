@@ -166,8 +166,8 @@ run_stage() {
       echo "-- in 4 GiB: the run stops with exit status 2, saying what to change"
       status=0
       train --config "$root/configs/p3.16xlarge.toml" --data_source synthetic --num_classes 10 \
-        --epoch_order global --max_steps 5 --gpu_memory_gib 4 --output_dir "${TMPDIR:-/tmp}/device-v100-small" \
-        >"$log" 2>&1 || status=$?
+        --epoch_order global --max_steps 5 --gpu_memory_gib 4 \
+        --output_dir "${TMPDIR:-/tmp}/device-v100-small" >"$log" 2>&1 || status=$?
       grep -E -A1 'GPU memory|memory this run needs' "$log" || true
       echo "exit status $status"
       [ "$status" -eq 2 ] && grep -q 'memory this run needs' "$log"
