@@ -24,7 +24,7 @@ SERIAL_MODULES = {
 def pytest_collection_modifyitems(items):
     tests = pathlib.Path(__file__).parent
     missing = sorted(m for m in SERIAL_MODULES if not (tests / m).is_file())
-    if missing:  # renamed: its tests would run two at a time, unnoticed
+    if missing:  # renamed: its tests would run beside the others, unnoticed
         raise pytest.UsageError(f"conftest.py's SERIAL_MODULES names no such file: {missing}")
     for item in items:
         if item.path.is_relative_to(tests) and \

@@ -541,22 +541,30 @@ TEST(Training, EagerStepBesideTheGraphIsEstimatedFromTheRecordingScaledByItsImag
             std::numeric_limits<int64_t>::max());
 }
 
-// A recipe's global_batch above batch_size x ranks accumulates micro-batches, which the graph
-// does not record: those runs step eagerly. A benchmark steps one batch at a time, so a recipe
-// benchmarked on one GPU has its graph.
+// A shipped recipe on one P3 node (8 GPUs) with the graph asked for: DLE's global_batch of 2,048
+// is one batch of 256 per GPU, and the graph records its steps; FFCV's 4,096 is two micro-batches,
+// which the graph does not record, so training steps eagerly. A benchmark steps one batch at a
+// time and keeps the graph.
+Config recipe_on_a_p3_node(const std::string& recipe) {
+  const std::string path = std::string(TRAINER_CONFIG_DIR) + "/recipes/" + recipe;
+  const std::vector<const char*> argv = {"train", "--config", path.c_str(), "--cuda_graph", "true"};
+  Config c = parse_command_line(static_cast<int>(argv.size()), argv.data())->config;
+  c.world_size = 8;
+  validate_config(c);
+  return c;
+}
+
 TEST(Training, CudaGraphIsOnUnlessAStepAccumulatesMicroBatches) {
-  Config c = small_config("graph");
-  c.cuda_graph = true;
-  validate_config(c);
-  EXPECT_TRUE(trainer_options(c).cuda_graph);
-  c.global_batch = 2 * c.batch_size;
-  validate_config(c);
-  ASSERT_EQ(c.micro_batches(), 2);
-  EXPECT_FALSE(trainer_options(c).cuda_graph);
-  c.benchmark = true;
-  EXPECT_TRUE(trainer_options(c).cuda_graph);
-  c.cuda_graph = false;
-  EXPECT_FALSE(trainer_options(c).cuda_graph);
+  const Config dle = recipe_on_a_p3_node("dle-90-epochs.toml");
+  ASSERT_EQ(dle.micro_batches(), 1);
+  EXPECT_TRUE(trainer_options(dle).cuda_graph);
+  Config ffcv = recipe_on_a_p3_node("ffcv-16-epochs.toml");
+  ASSERT_EQ(ffcv.micro_batches(), 2);
+  EXPECT_FALSE(trainer_options(ffcv).cuda_graph);
+  ffcv.benchmark = true;
+  EXPECT_TRUE(trainer_options(ffcv).cuda_graph);
+  ffcv.cuda_graph = false;
+  EXPECT_FALSE(trainer_options(ffcv).cuda_graph);
 }
 
 TEST(Training, CudaGraphGoesOnEveryRankWhenOneRankHasNoRoom) {
