@@ -7,7 +7,6 @@
 #include <array>
 #include <cmath>
 #include <map>
-#include <type_traits>
 
 #include "base/check.h"
 #include "models/cuda/fused_batch_norm.h"
@@ -51,6 +50,18 @@ torch::Tensor shortcut(nn::Sequential& downsample, const torch::Tensor& input,
                         fused);
 }
 
+// Whether a block sums its input's two gradients inside conv1's dgrad: the key is on and the
+// input is an activation the cuDNN graph takes, in a step that computes gradients.
+bool residual_gradient_applies(bool fused_residual_gradient, const torch::Tensor& input) {
+  return fused_residual_gradient && torch::GradMode::is_enabled() && input.requires_grad() &&
+         residual_gradient_fusable(input);
+}
+
+// A convolution's weight in the activations' dtype and layout, as autocast hands it to conv2d.
+torch::Tensor as_activation(const torch::Tensor& weight, const torch::Tensor& x) {
+  return weight.to(x.scalar_type()).contiguous(x.suggest_memory_format());
+}
+
 }  // namespace
 
 torch::Tensor Blur::operator()(const torch::Tensor& x) {
@@ -67,9 +78,12 @@ torch::Tensor Blur::operator()(const torch::Tensor& x) {
                        /*groups=*/channels);
 }
 
-BasicBlockImpl::BasicBlockImpl(int64_t in_channels, int64_t width, int64_t stride, bool blurpool,
-                               bool fused_batch_norm)
-    : blur_(blurpool && stride > 1 && in_channels >= 16), fused_(fused_batch_norm) {
+BasicBlockImpl::BasicBlockImpl(int64_t in_channels, int64_t width, int64_t stride,
+                               const ResNetOptions& options)
+    : blur_(options.blurpool && stride > 1 && in_channels >= 16),
+      fused_(options.fused_batch_norm),
+      residual_gradient_fused_(options.fused_residual_gradient),
+      stride_(stride) {
   conv1 = register_module("conv1", conv(in_channels, width, 3, stride));
   bn1 = register_module("bn1", nn::BatchNorm2d(width));
   conv2 = register_module("conv2", conv(width, width, 3, 1));
@@ -78,18 +92,26 @@ BasicBlockImpl::BasicBlockImpl(int64_t in_channels, int64_t width, int64_t strid
     downsample = register_module("downsample", make_downsample(in_channels, width, stride));
 }
 
-torch::Tensor BasicBlockImpl::forward(const torch::Tensor& x) {
-  const torch::Tensor input = blur_ ? blur_input_(x) : x;  // conv1 and the shortcut are strided
-  auto out = batch_norm_act(*bn1, conv1(input), {}, /*relu=*/true, fused_);
-  return batch_norm_act(*bn2, conv2(out), shortcut(downsample, input, x, fused_), true, fused_);
+ConvBesideShortcut BasicBlockImpl::first_convolution(const torch::Tensor& input) {
+  if (!residual_gradient_applies(residual_gradient_fused_, input)) return {conv1(input), input};
+  return conv_beside_shortcut(input, as_activation(conv1->weight, input), stride_,
+                              ConvBnBackend::kCudnn);
 }
 
-BottleneckImpl::BottleneckImpl(int64_t in_channels, int64_t width, int64_t stride, bool blurpool,
-                               bool fused_batch_norm, bool fused_conv_batch_norm)
+torch::Tensor BasicBlockImpl::forward(const torch::Tensor& x) {
+  // conv1 and the shortcut are strided: both read the blurred input
+  const auto [y1, input] = first_convolution(blur_ ? blur_input_(x) : x);
+  auto out = batch_norm_act(*bn1, y1, {}, /*relu=*/true, fused_);
+  return batch_norm_act(*bn2, conv2(out), shortcut(downsample, input, input, fused_), true, fused_);
+}
+
+BottleneckImpl::BottleneckImpl(int64_t in_channels, int64_t width, int64_t stride,
+                               const ResNetOptions& options)
     // width >= 64 > 16 input channels: every strided one is blurred
-    : blur_(blurpool && stride > 1),
-      fused_(fused_batch_norm),
-      conv_fused_(fused_conv_batch_norm),
+    : blur_(options.blurpool && stride > 1),
+      fused_(options.fused_batch_norm),
+      conv_fused_(options.fused_conv_batch_norm),
+      residual_gradient_fused_(options.fused_residual_gradient),
       stride_(stride) {
   conv1 = register_module("conv1", conv(in_channels, width, 1, 1));
   bn1 = register_module("bn1", nn::BatchNorm2d(width));
@@ -106,21 +128,26 @@ torch::Tensor BottleneckImpl::forward(const torch::Tensor& x) {
   // The blur sits between bn1's ReLU and conv2, so a blurred block keeps the plain path.
   if (conv_fused_ && is_training() && !blur_ && cudnn_fusion_ready(x))
     return forward_conv_bn_fused(x, ConvBnBackend::kCudnn);
-  auto out = batch_norm_act(*bn1, conv1(x), {}, /*relu=*/true, fused_);
+  const auto [y1, input] = first_convolution(x);  // input: x, for the shortcut
+  auto out = batch_norm_act(*bn1, y1, {}, /*relu=*/true, fused_);
   // conv2 carries the stride (v1.5)
   out = batch_norm_act(*bn2, conv2(blur_ ? blur_mid_(out) : out), {}, true, fused_);
-  const torch::Tensor identity = shortcut(downsample, blur_ ? blur_input_(x) : x, x, fused_);
+  const torch::Tensor identity =
+      shortcut(downsample, blur_ ? blur_input_(input) : input, input, fused_);
   return batch_norm_act(*bn3, conv3(out), identity, true, fused_);
 }
 
+ConvBesideShortcut BottleneckImpl::first_convolution(const torch::Tensor& x) {
+  if (!residual_gradient_applies(residual_gradient_fused_, x)) return {conv1(x), x};
+  return conv_beside_shortcut(x, as_activation(conv1->weight, x), 1, ConvBnBackend::kCudnn);
+}
+
 torch::Tensor BottleneckImpl::forward_conv_bn_fused(const torch::Tensor& x, ConvBnBackend backend) {
-  // The weights in the activations' dtype and layout, as autocast would hand them to conv2d.
-  auto weight = [&](nn::Conv2d& c) {
-    return c->weight.to(x.scalar_type()).contiguous(x.suggest_memory_format());
-  };
-  const ConvOutput y1 = conv_with_stats(x, weight(conv1), 1, backend);
-  const ConvOutput y2 = bn_relu_conv(*bn1, y1, weight(conv2), stride_, true, backend);
-  const ConvOutput y3 = bn_relu_conv(*bn2, y2, weight(conv3), 1, /*with_stats=*/false, backend);
+  const ConvOutput y1 = conv_with_stats(x, as_activation(conv1->weight, x), 1, backend);
+  const ConvOutput y2 =
+      bn_relu_conv(*bn1, y1, as_activation(conv2->weight, x), stride_, true, backend);
+  const ConvOutput y3 =
+      bn_relu_conv(*bn2, y2, as_activation(conv3->weight, x), 1, /*with_stats=*/false, backend);
   return batch_norm_act(*bn3, y3.y, shortcut(downsample, x, x, fused_), true, fused_);
 }
 
@@ -191,13 +218,7 @@ nn::Sequential ResNetImpl::make_stage(int64_t& in_channels, int64_t width, int b
                                       int64_t stride) {
   nn::Sequential stage;
   for (int b = 0; b < blocks; ++b) {
-    if constexpr (std::is_same_v<Block, Bottleneck>) {
-      stage->push_back(Block(in_channels, width, b == 0 ? stride : 1, options_.blurpool,
-                             options_.fused_batch_norm, options_.fused_conv_batch_norm));
-    } else {
-      stage->push_back(Block(in_channels, width, b == 0 ? stride : 1, options_.blurpool,
-                             options_.fused_batch_norm));
-    }
+    stage->push_back(Block(in_channels, width, b == 0 ? stride : 1, options_));
     in_channels = width * Block::Impl::kExpansion;
   }
   return stage;

@@ -16,6 +16,7 @@
 #include <tuple>
 
 #include "models/conv_bn_fusion.h"
+#include "models/residual_gradient.h"
 
 namespace trainer {
 
@@ -44,6 +45,9 @@ struct ResNetOptions {
   // On the GPU, each bottleneck's bn1 and bn2 inside the convolutions around them
   // (models/conv_bn_fusion.h), where cuDNN has the graphs; the plain path elsewhere.
   bool fused_conv_batch_norm = false;
+  // On the GPU, each block's input gradient (its first convolution's plus its shortcut's) summed
+  // inside that convolution's dgrad (models/residual_gradient.h), where cuDNN has the graph.
+  bool fused_residual_gradient = false;
   // The channels the stem's convolution reads: above 3, the image and zero channels, with zero
   // input channels of its weight to match (the parameter stays torchvision's 3). cuDNN's NHWC
   // convolutions want channel counts divisible by 4 or 8 (MLPerf's ResNet-50 pads its input to
@@ -68,14 +72,20 @@ class Blur {
 class BasicBlockImpl : public torch::nn::Module {
  public:
   static constexpr int64_t kExpansion = 1;
-  BasicBlockImpl(int64_t in_channels, int64_t width, int64_t stride, bool blurpool = false,
-                 bool fused_batch_norm = false);
+  // Of `options`, the block reads blurpool and the fused_* switches.
+  BasicBlockImpl(int64_t in_channels, int64_t width, int64_t stride,
+                 const ResNetOptions& options = {});
   torch::Tensor forward(const torch::Tensor& x);
   torch::nn::BatchNorm2d last_bn() { return bn2; }
 
  private:
-  bool blur_;   // blurpool and strided: blur the inputs of conv1 and the shortcut
-  bool fused_;  // ResNetOptions::fused_batch_norm
+  // conv1's output and the block's input for the shortcut (models/residual_gradient.h).
+  ConvBesideShortcut first_convolution(const torch::Tensor& input);
+
+  bool blur_;                     // blurpool and strided: blur the inputs of conv1 and the shortcut
+  bool fused_;                    // ResNetOptions::fused_batch_norm
+  bool residual_gradient_fused_;  // ResNetOptions::fused_residual_gradient
+  int64_t stride_;
   Blur blur_input_;
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
   torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr};
@@ -87,8 +97,9 @@ TORCH_MODULE(BasicBlock);
 class BottleneckImpl : public torch::nn::Module {
  public:
   static constexpr int64_t kExpansion = 4;
-  BottleneckImpl(int64_t in_channels, int64_t width, int64_t stride, bool blurpool = false,
-                 bool fused_batch_norm = false, bool fused_conv_batch_norm = false);
+  // Of `options`, the block reads blurpool and the fused_* switches.
+  BottleneckImpl(int64_t in_channels, int64_t width, int64_t stride,
+                 const ResNetOptions& options = {});
   torch::Tensor forward(const torch::Tensor& x);
   // The block with bn1 and bn2 inside the convolutions (models/conv_bn_fusion.h), training mode.
   torch::Tensor forward_conv_bn_fused(const torch::Tensor& x, ConvBnBackend backend);
@@ -96,10 +107,13 @@ class BottleneckImpl : public torch::nn::Module {
 
  private:
   bool cudnn_fusion_ready(const torch::Tensor& x);
+  // conv1's output and the block's input for the shortcut (models/residual_gradient.h).
+  ConvBesideShortcut first_convolution(const torch::Tensor& x);
 
-  bool blur_;        // blurpool and strided: blur the inputs of conv2 and the shortcut
-  bool fused_;       // ResNetOptions::fused_batch_norm
-  bool conv_fused_;  // ResNetOptions::fused_conv_batch_norm
+  bool blur_;                     // blurpool and strided: blur the inputs of conv2 and the shortcut
+  bool fused_;                    // ResNetOptions::fused_batch_norm
+  bool conv_fused_;               // ResNetOptions::fused_conv_batch_norm
+  bool residual_gradient_fused_;  // ResNetOptions::fused_residual_gradient
   int64_t stride_;
   using ShapeKey = std::tuple<std::array<int64_t, 4>, at::ScalarType, c10::DeviceIndex>;
   std::map<ShapeKey, bool> cudnn_ready_;  // per input shape, dtype and GPU

@@ -43,6 +43,8 @@
 #              against none, then the smoke run in fp16 with all of them on (EMA evaluated)
 # Usage: [TRAIN_ARGS="--cuda_graph true"] scripts/device-checks.sh [STAGE ...]
 # TRAIN_RUNS: the train stage's PRECISION:BATCH runs (default "fp16:256 bf16:256 fp16:32 bf16:32").
+# TRIAL_ARGS: keys the train stage also measures with the graph, in the same runs (bench-train.sh),
+# e.g. TRIAL_ARGS="--fused_residual_gradient true".
 # TRAIN_ARGS: keys added to every run of `train` in the numerics, profile, recipes, techniques and
 # pipeline stages (e.g. every recipe with the step as a CUDA graph).
 # Output goes to the terminal and to $OUT/device-checks.log (OUT defaults to /tmp/device-out),

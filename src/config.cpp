@@ -91,6 +91,8 @@ void add_options(CLI::App& app, Config& c) {
       "cuDNN's fused BN+ReLU and BN+add+ReLU on the GPU (fp16/bf16, channels_last)");
   add("Device", "fused_conv_batch_norm", c.fused_conv_batch_norm,
       "each bottleneck's first two BN+ReLUs inside the convolutions around them (cuDNN graphs)");
+  add("Device", "fused_residual_gradient", c.fused_residual_gradient,
+      "each block's input gradient summed inside its first convolution's dgrad (cuDNN graph)");
   add("Device", "compact_max_pool", c.compact_max_pool,
       "the stem's max pooling keeps a byte per output for backward, not an int64 (GPU)");
   add("Device", "cuda_graph", c.cuda_graph,

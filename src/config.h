@@ -70,6 +70,10 @@ struct Config {
   // as it reads), their statistics written by the convolution before (models/conv_bn_fusion.h):
   // cuDNN graphs on the GPU (fp16/bf16, channels_last, training), the plain path elsewhere.
   bool fused_conv_batch_norm = false;
+  // Each residual block's input gradient, its first convolution's plus its shortcut's, summed in
+  // that convolution's dgrad (a cuDNN graph on the GPU, fp16/bf16, channels_last) instead of a
+  // pass of its own (models/residual_gradient.h).
+  bool fused_residual_gradient = false;
   // The stem's max pooling as the project's kernels (models/cuda/max_pool.h) on the GPU over
   // channels_last activations: ATen's values and gradients, with a byte per output kept for
   // backward instead of ATen's int64 index (3.7x ATen's pooling on an H200, docs/BENCHMARKS.md).

@@ -64,6 +64,7 @@ TrainerOptions trainer_options(const Config& c) {
   o.cuda_graph = c.cuda_graph && (c.benchmark || c.micro_batches() == 1);
   o.model.stem_input_channels = c.stem_input_channels;
   o.model.fused_conv_batch_norm = c.fused_conv_batch_norm;
+  o.model.fused_residual_gradient = c.fused_residual_gradient;
   o.model.compact_max_pool = c.compact_max_pool;
   o.classifier_only = c.trainable == Trainable::kClassifier;
   o.optimizer = {c.optimizer,    c.momentum,          c.nesterov,

@@ -37,6 +37,7 @@ Attributes geometry(Attributes attributes, int64_t stride, const at::Tensor& w) 
 enum Forward { kX, kW, kScale, kBias, kY, kSum, kSqSum, kForwardTensors };
 enum Dgrad { kDy, kDgradW, kDgradX, kMean, kInvstd, kGamma, kBeta, kDrelu };
 enum Wgrad { kWgradDy, kWgradX, kWgradScale, kWgradBias, kDw, kWgradTensors };
+enum DgradAdd { kAddDy, kAddW, kAddOther, kAddDx, kDgradAddTensors };
 constexpr size_t kDgradOutputs = 6;  // drelu, then dbn_weight's five (dgamma, dbeta, 3 unused)
 
 // t: x, w, scale, bias (undefined without a BN), y, sum, sq_sum (undefined without statistics).
@@ -80,6 +81,15 @@ void declare_wgrad(CudnnGraph& g, const Tensors& t, int64_t stride) {
   GraphTensor dw = g.graph().conv_wgrad(
       g.input("dy", kWgradDy), x, geometry(fe::graph::Conv_wgrad_attributes(), stride, t[kDw]));
   g.output(dw, kDw);
+}
+
+// t: dy, w, other, dx: dx = dgrad(dy, w) + other, the sum in float32 before dx's dtype.
+void declare_dgrad_add(CudnnGraph& g, const Tensors& t, int64_t stride) {
+  GraphTensor dgrad =
+      g.graph().conv_dgrad(g.input("dy", kAddDy), g.input("w", kAddW),
+                           geometry(fe::graph::Conv_dgrad_attributes(), stride, t[kAddW]));
+  dgrad->set_dim(t[kAddDx].sizes().vec());
+  g.output(g.pointwise(Mode::ADD, dgrad, g.input("other", kAddOther)), kAddDx);
 }
 
 using Declare = void (*)(CudnnGraph&, const Tensors&, int64_t);
@@ -127,7 +137,7 @@ void run(const char* kind, Declare declare, const Tensors& t, int64_t stride,
          at::ScalarType intermediate) {
   Built& b = built(kind, declare, t, stride, intermediate);
   USER_CHECK(b.graph, "cuDNN has no ", kind, " graph for ", key(kind, t, stride), ": ", b.failure,
-             ". Fix: fused_conv_batch_norm = false");
+             ". Fix: fused_conv_batch_norm = false, fused_residual_gradient = false");
   b.graph->execute(t);
 }
 
@@ -164,6 +174,13 @@ Tensors dgrad_tensors(const at::Tensor& dy, const at::Tensor& x, const at::Tenso
                       const at::Tensor& beta) {
   Tensors t = {dy, w, x, mean, invstd, gamma, beta, at::empty_like(x)};
   for (size_t i = 0; i < kDgradOutputs - 1; ++i) t.push_back(per_channel(x, x.size(1), at::kFloat));
+  return t;
+}
+
+Tensors dgrad_add_tensors(const at::Tensor& dy, const at::Tensor& w, const at::Tensor& other) {
+  Tensors t(kDgradAddTensors);
+  t[kAddDy] = dy, t[kAddW] = w, t[kAddOther] = other;
+  t[kAddDx] = activation_like(other, other.sizes());
   return t;
 }
 
@@ -219,6 +236,16 @@ std::string prepare(const at::Tensor& x_like, const at::Tensor& w_like, int64_t 
   return "";
 }
 
+std::string engines(const at::Tensor& x_like, const at::Tensor& w_like, int64_t stride,
+                    bool through_bn, bool with_stats) {
+  std::string out;
+  for (const GraphSpec& g : graph_specs(x_like, w_like, stride, through_bn, with_stats)) {
+    const Built& b = built(g.kind, g.declare, g.tensors, stride, g.intermediate);
+    out += (out.empty() ? "" : "; ") + g.what + ": " + (b.graph ? b.graph->plan_name() : b.failure);
+  }
+  return out;
+}
+
 std::string validate(const at::Tensor& x_like, const at::Tensor& w_like, int64_t stride,
                      bool through_bn, bool with_stats) {
   for (const GraphSpec& g : graph_specs(x_like, w_like, stride, through_bn, with_stats)) {
@@ -252,6 +279,40 @@ BnReluConvGrads bn_relu_conv_backward(const at::Tensor& dy, const at::Tensor& x,
   const Tensors wgrad = wgrad_tensors(dy, x, scale, bias, w);
   run("wgrad", declare_wgrad, wgrad, stride, x.scalar_type());
   return {dgrad[kDrelu], dgrad[kDrelu + 1], dgrad[kDrelu + 2], wgrad[kDw]};
+}
+
+namespace {
+
+// The dgrad-add graph for tensors of these shapes, built on first use.
+const Built& dgrad_add_graph(const at::Tensor& dy_like, const at::Tensor& w_like,
+                             const at::Tensor& other_like, int64_t stride) {
+  auto meta = [](const at::Tensor& like) {
+    return at::empty(like.sizes(), like.options().device(at::kMeta).memory_format(
+                                       at::MemoryFormat::ChannelsLast));
+  };
+  const Tensors t = dgrad_add_tensors(meta(dy_like), meta(w_like), meta(other_like));
+  return built("dgrad_add", declare_dgrad_add, t, stride, at::kFloat);
+}
+
+}  // namespace
+
+std::string prepare_dgrad_add(const at::Tensor& dy_like, const at::Tensor& w_like,
+                              const at::Tensor& other_like, int64_t stride) {
+  const Built& b = dgrad_add_graph(dy_like, w_like, other_like, stride);
+  return b.graph ? "" : "dgrad-add: " + b.failure;
+}
+
+std::string dgrad_add_engine(const at::Tensor& dy_like, const at::Tensor& w_like,
+                             const at::Tensor& other_like, int64_t stride) {
+  const Built& b = dgrad_add_graph(dy_like, w_like, other_like, stride);
+  return "dgrad-add: " + (b.graph ? b.graph->plan_name() : b.failure);
+}
+
+at::Tensor dgrad_add(const at::Tensor& dy, const at::Tensor& w, const at::Tensor& other,
+                     int64_t stride) {
+  const Tensors t = dgrad_add_tensors(dy, w, other);
+  run("dgrad_add", declare_dgrad_add, t, stride, at::kFloat);
+  return t[kAddDx];
 }
 
 }  // namespace trainer::conv_bn_graphs

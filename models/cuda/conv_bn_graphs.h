@@ -30,6 +30,10 @@ struct BnReluConvGrads {
 std::string prepare(const at::Tensor& x, const at::Tensor& w, int64_t stride, bool through_bn,
                     bool with_stats);
 
+// After prepare(): which engine each of those graphs runs (cuDNN's names), or why none.
+std::string engines(const at::Tensor& x, const at::Tensor& w, int64_t stride, bool through_bn,
+                    bool with_stats);
+
 // What prepare() asks cuDNN to build, checked on the host only (cudnn-frontend's validate():
 // attributes complete and consistent, shapes inferred), with no GPU needed: "" or what is wrong.
 std::string validate(const at::Tensor& x, const at::Tensor& w, int64_t stride, bool through_bn,
@@ -56,5 +60,16 @@ BnReluConvGrads bn_relu_conv_backward(const at::Tensor& dy, const at::Tensor& x,
                                       const at::Tensor& w, const at::Tensor& scale,
                                       const at::Tensor& bias, const BnStatistics& bn,
                                       int64_t stride);
+
+// The gradient of an input that two branches read, a convolution's (of x by w at `stride`) and
+// another's: dx = dgrad(dy, w) + other, the sum in the dgrad's epilogue instead of a pass of its
+// own. prepare_dgrad_add builds the graph for these shapes (meta tensors will do; other has x's)
+// and says "" or why cuDNN has none; dgrad_add_engine names the engine it runs; dgrad_add runs it.
+std::string prepare_dgrad_add(const at::Tensor& dy, const at::Tensor& w, const at::Tensor& other,
+                              int64_t stride);
+std::string dgrad_add_engine(const at::Tensor& dy, const at::Tensor& w, const at::Tensor& other,
+                             int64_t stride);
+at::Tensor dgrad_add(const at::Tensor& dy, const at::Tensor& w, const at::Tensor& other,
+                     int64_t stride);
 
 }  // namespace trainer::conv_bn_graphs

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/cudnn/Handle.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
 
 #include <algorithm>
 #include <unordered_map>
@@ -40,6 +41,15 @@ void describe(fe::graph::Tensor_attributes& attributes, const at::Tensor& t) {
   attributes.set_data_type(fe_type(t.scalar_type()));
 }
 
+std::string describe_error(fe::error_t status) {
+  return status.is_good() ? "" : status.get_message();
+}
+
+// Whether the current stream is being recorded into a CUDA graph, where nothing may synchronize.
+bool capturing() {
+  return c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
+}
+
 }  // namespace
 
 CudnnGraph::CudnnGraph(at::ScalarType io, at::ScalarType intermediate, Tensors like)
@@ -75,23 +85,51 @@ GraphTensor CudnnGraph::scale_bias_relu(const GraphTensor& x, const GraphTensor&
   return pointwise(Mode::RELU_FWD, pointwise(Mode::ADD, pointwise(Mode::MUL, x, scale), bias));
 }
 
-std::string CudnnGraph::validate() {
-  fe::error_t status = graph_.validate();
-  return status.is_good() ? "" : status.get_message();
-}
+std::string CudnnGraph::validate() { return describe_error(graph_.validate()); }
 
 std::string CudnnGraph::build() {
   if (std::string invalid = validate(); !invalid.empty()) return invalid;
   cudnnHandle_t handle = at::native::getCudnnHandle();  // on the current stream
   fe::error_t status = graph_.build_operation_graph(handle);
-  if (status.is_good())
-    status = graph_.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
+  if (!status.is_good()) return status.get_message();
+  status = graph_.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
   if (status.is_good()) status = graph_.check_support(handle);
-  if (status.is_good()) status = graph_.build_plans(handle);
-  return status.is_good() ? "" : status.get_message();
+  if (status.is_bad()) {
+    // The heuristics do not list every engine that runs a fused graph: offer cuDNN each one.
+    int64_t engines = 0;
+    if (graph_.get_engine_count(engines).is_good())
+      for (int64_t id = 0; id < engines; ++id) (void)graph_.create_execution_plan(id, {});
+    status = graph_.check_support(handle);
+  }
+  if (!status.is_good()) return status.get_message();
+  if (!at::globalContext().benchmarkCuDNN() || capturing())
+    return describe_error(graph_.build_plans(handle));
+  // As ATen picks its convolutions under cudnn_benchmark: every plan built, timed, the fastest run.
+  status = graph_.build_plans(handle, fe::BuildPlanPolicy_t::ALL);
+  if (status.is_good()) status = autotune(handle);
+  return describe_error(status);
 }
 
-void CudnnGraph::execute(const Tensors& tensors) {
+fe::error_t CudnnGraph::autotune(cudnnHandle_t handle) {
+  Tensors scratch;  // real tensors of the declared sizes, for the plans to run on
+  for (const at::Tensor& like : like_) {
+    if (!like.defined()) {
+      scratch.emplace_back();
+      continue;
+    }
+    const auto format =
+        like.dim() == 4 ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+    scratch.push_back(
+        at::rand(like.sizes(), like.options().device(at::kCUDA).memory_format(format)));
+  }
+  std::unordered_map<GraphTensor, void*> pointers = data_pointers(scratch);
+  const at::Tensor workspace =
+      at::empty({std::max<int64_t>(graph_.get_autotune_workspace_size(), 1)},
+                scratch.at(places_.front().second).options().dtype(at::kByte));
+  return graph_.autotune(handle, pointers, workspace.data_ptr());
+}
+
+std::unordered_map<GraphTensor, void*> CudnnGraph::data_pointers(const Tensors& tensors) const {
   std::unordered_map<GraphTensor, void*> pointers;
   for (const auto& [node, slot] : places_) {
     const at::Tensor& t = tensors.at(slot);
@@ -107,6 +145,16 @@ void CudnnGraph::execute(const Tensors& tensors) {
         ", channels_last or 1-D");
     pointers[node] = t.data_ptr();
   }
+  return pointers;
+}
+
+std::string CudnnGraph::plan_name() const {
+  std::string name;
+  return graph_.get_plan_name(name).is_good() ? name : "(no plan)";
+}
+
+void CudnnGraph::execute(const Tensors& tensors) {
+  std::unordered_map<GraphTensor, void*> pointers = data_pointers(tensors);
   int64_t bytes = 0;
   USER_CHECK(graph_.get_workspace_size(bytes).is_good(), "cudnn-frontend: no workspace size");
   const at::Tensor workspace = at::empty(

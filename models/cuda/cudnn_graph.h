@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -40,12 +41,20 @@ class CudnnGraph {
   // Checks the declared graph on the host (no GPU): "" when complete and consistent, else why.
   std::string validate();
   // Builds the graph for this GPU: "" when cuDNN has an engine for it, else cuDNN's reason.
+  // Under cudnn_benchmark (ATen's autotuning switch), every plan cuDNN offers is built and timed
+  // on scratch tensors of the declared sizes, and the fastest runs; else the heuristics' first.
   std::string build();
   // Runs the built graph on `tensors`, a list like the declared one in every place the graph
   // uses (sizes and dtypes checked; 4-D ones channels_last), on the CUDA device.
   void execute(const Tensors& tensors);
+  // The name of the engine and knobs a built graph runs, as cuDNN gives it.
+  std::string plan_name() const;
 
  private:
+  fe::error_t autotune(cudnnHandle_t handle);
+  // The graph's tensors' addresses in `tensors`, each checked against its declaration.
+  std::unordered_map<GraphTensor, void*> data_pointers(const Tensors& tensors) const;
+
   fe::graph::Graph graph_;
   Tensors like_;
   std::vector<std::pair<GraphTensor, size_t>> places_;  // each declared tensor's place in the list

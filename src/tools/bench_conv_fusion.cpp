@@ -55,6 +55,7 @@ struct Options {
   int64_t batch = 256;
   std::string precision = "fp16";
   int64_t iterations = 20;
+  bool cudnn_benchmark = true;  // as the trainer's default: ATen's and the fused graphs' autotuning
 };
 
 // Largest absolute difference over the largest absolute reference value.
@@ -162,6 +163,9 @@ struct FusedPath : LayerLeaves {
   std::string build() const {
     return conv_bn_graphs::prepare(l.x, l.w, 1, /*through_bn=*/true, /*with_stats=*/true);
   }
+  std::string engines() const {
+    return conv_bn_graphs::engines(l.x, l.w, 1, /*through_bn=*/true, /*with_stats=*/true);
+  }
   void forward() {
     out = bn_relu_conv(*bn, {x, l.sum, l.sq_sum}, w, 1, true, ConvBnBackend::kCudnn);
   }
@@ -258,8 +262,9 @@ bool measure(const ConvShape& shape, const Options& o, at::ScalarType dtype,
     failure = off;
   const double forward_ms = time_ms(o.iterations, [&] { fused.forward(); });
   const double step_ms = time_ms(o.iterations, [&] { fused.step(); });
-  std::printf("; fused: forward %.3f ms, backward %.3f ms (%.2fx), built in %.1f s\n  %s\n",
-              forward_ms, step_ms - forward_ms, today_step / step_ms, build_s, errors.c_str());
+  std::printf("; fused: forward %.3f ms, backward %.3f ms (%.2fx), built in %.1f s\n  %s\n  %s\n",
+              forward_ms, step_ms - forward_ms, today_step / step_ms, build_s, errors.c_str(),
+              fused.engines().c_str());
   if (!failure.empty()) {
     std::printf("  %s\n", failure.c_str());
     return false;
@@ -274,9 +279,12 @@ int run_benchmark(const Options& o) {
              "no GPU is visible here: run it on a GPU machine (scripts/device-checks.sh fusion)");
   const at::ScalarType dtype = o.precision == "bf16" ? at::kBFloat16 : at::kHalf;
   at::globalContext().setAllowTF32CuDNN(false);  // the float32 references in float32, not TF32
-  std::printf("bench-conv-fusion: %s, batch %lld, 224 px, channels_last; %s, cuDNN %zu\n",
-              o.precision.c_str(), static_cast<long long>(o.batch),
-              at::cuda::getCurrentDeviceProperties()->name, cudnnGetVersion());
+  at::globalContext().setBenchmarkCuDNN(o.cudnn_benchmark);
+  std::printf(
+      "bench-conv-fusion: %s, batch %lld, 224 px, channels_last, cudnn_benchmark %s; %s, cuDNN "
+      "%zu\n",
+      o.precision.c_str(), static_cast<long long>(o.batch), o.cudnn_benchmark ? "on" : "off",
+      at::cuda::getCurrentDeviceProperties()->name, cudnnGetVersion());
   std::array<double, 2> totals = {0, 0};  // today, fused
   bool all = true;
   for (const ConvShape& shape : kShapes) all = measure(shape, o, dtype, totals) && all;
@@ -299,5 +307,7 @@ int main(int argc, char** argv) {
   app.add_option("--precision", o.precision, "fp16 or bf16")
       ->check(CLI::IsMember({"fp16", "bf16"}));
   app.add_option("--iterations", o.iterations, "timed runs of each")->check(CLI::PositiveNumber);
+  app.add_option("--cudnn-benchmark", o.cudnn_benchmark,
+                 "autotune both paths (every fused plan built and timed), as the trainer does");
   return trainer::run_tool(app, argc, argv, [&] { return trainer::run_benchmark(o); });
 }

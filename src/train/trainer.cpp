@@ -92,6 +92,10 @@ Trainer::Trainer(const TrainerOptions& options, c10::Device device, ProcessGroup
                  fused_batch_norm_path(*autocast_dtype_, device.index()));
   if (device.is_cuda() && autocast_dtype_ && options.model.fused_conv_batch_norm)
     spdlog::info("bottlenecks' bn1 and bn2 inside their convolutions (cuDNN graphs, per shape)");
+  if (device.is_cuda() && autocast_dtype_ && options.model.fused_residual_gradient)
+    spdlog::info(
+        "each block's input gradient summed in its first convolution's dgrad (cuDNN "
+        "graphs, per shape)");
   if (memory_format_ == c10::MemoryFormat::ChannelsLast && options.model.compact_max_pool)
     spdlog::info("the stem's max pooling keeps a byte per output (compact_max_pool)");
   const Optimizer::NamedParameters trained = trainable_parameters(model_, options.classifier_only);

@@ -227,7 +227,7 @@ def test_a_killed_worker_ends_the_job_and_a_restart_resumes(image, dataset, clus
     # Long enough to be killed mid-run after the first checkpoint.
     config = tmp_path / "p3-on-cpu-longer.toml"
     config.write_text(cpu_config(ROOT / "configs" / "p3.16xlarge.toml",
-                                 **{**CPU_OVERRIDES, "epochs": 8}))
+                                 **{**CPU_OVERRIDES, "epochs": 4}))
     docs = render("p3.16xlarge", "--image", image, "--workers", "2", "--slots", "2",
                   "--config", str(config))
     fsx = fsx_volume(tmp_path / "fsx", dataset)
