@@ -7,6 +7,8 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
+#include <functional>
+#include <iostream>
 #include <string>
 
 #include "models/cuda/conv_bn_graphs.h"
@@ -94,6 +96,27 @@ TEST(ResidualGradient, OnTheCpuTheModelRunsThePlainPath) {
     EXPECT_TRUE(torch::equal(got.grads[i], want.grads[i])) << "grad " << i;
 }
 
+// Calls check(dy, w1, x, where) for the first convolution of each kind of ResNet-50 bottleneck
+// (tests/bottleneck_steps.h): conv1, 1x1 at stride 1, and its input x.
+void for_each_first_convolution(
+    const std::function<void(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                             const std::string&)>& check) {
+  block_steps::for_each_resnet50_bottleneck([&](const torch::Tensor& x, const torch::Tensor& w1,
+                                                const torch::Tensor&, const torch::Tensor&, int64_t,
+                                                const std::string& where) {
+    check(torch::empty({x.size(0), w1.size(0), x.size(2), x.size(3)}, x.options()), w1, x, where);
+  });
+}
+
+// The graph asked of cuDNN is well formed for every ResNet-50 block (cudnn-frontend's host-side
+// validation, no GPU needed); whether this GPU has an engine for it is the GPU test below.
+TEST(ResidualGradient, CudnnGraphOfEveryResNet50BlockIsWellFormed) {
+  for_each_first_convolution([](const torch::Tensor& dy, const torch::Tensor& w1,
+                                const torch::Tensor& x, const std::string& where) {
+    EXPECT_EQ(conv_bn_graphs::validate_dgrad_add(dy, w1, x, 1), "") << where;
+  });
+}
+
 class ResidualGradientGpu : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -104,11 +127,8 @@ class ResidualGradientGpu : public ::testing::Test {
 // cuDNN builds the dgrad-add graph of every ResNet-50 block's first convolution, in fp16 and
 // bf16: otherwise the key would leave those blocks to ATen's dgrad and add.
 TEST_F(ResidualGradientGpu, CudnnBuildsTheDgradAddOfEveryResNet50Block) {
-  block_steps::for_each_resnet50_bottleneck([](const torch::Tensor& x, const torch::Tensor& w1,
-                                               const torch::Tensor&, const torch::Tensor&, int64_t,
-                                               const std::string& where) {
-    const torch::Tensor dy =
-        torch::empty({x.size(0), w1.size(0), x.size(2), x.size(3)}, x.options());
+  for_each_first_convolution([](const torch::Tensor& dy, const torch::Tensor& w1,
+                                const torch::Tensor& x, const std::string& where) {
     EXPECT_EQ(conv_bn_graphs::prepare_dgrad_add(dy, w1, x, 1), "") << where;
     std::cout << where << ": " << conv_bn_graphs::dgrad_add_engine(dy, w1, x, 1) << "\n";
   });

@@ -283,18 +283,33 @@ BnReluConvGrads bn_relu_conv_backward(const at::Tensor& dy, const at::Tensor& x,
 
 namespace {
 
-// The dgrad-add graph for tensors of these shapes, built on first use.
-const Built& dgrad_add_graph(const at::Tensor& dy_like, const at::Tensor& w_like,
-                             const at::Tensor& other_like, int64_t stride) {
+// The dgrad-add graph's tensors, as meta tensors of these shapes and dtypes.
+Tensors dgrad_add_meta(const at::Tensor& dy_like, const at::Tensor& w_like,
+                       const at::Tensor& other_like) {
   auto meta = [](const at::Tensor& like) {
     return at::empty(like.sizes(), like.options().device(at::kMeta).memory_format(
                                        at::MemoryFormat::ChannelsLast));
   };
-  const Tensors t = dgrad_add_tensors(meta(dy_like), meta(w_like), meta(other_like));
-  return built("dgrad_add", declare_dgrad_add, t, stride, at::kFloat);
+  return dgrad_add_tensors(meta(dy_like), meta(w_like), meta(other_like));
+}
+
+// The dgrad-add graph for tensors of these shapes, built on first use.
+const Built& dgrad_add_graph(const at::Tensor& dy_like, const at::Tensor& w_like,
+                             const at::Tensor& other_like, int64_t stride) {
+  return built("dgrad_add", declare_dgrad_add, dgrad_add_meta(dy_like, w_like, other_like), stride,
+               at::kFloat);
 }
 
 }  // namespace
+
+std::string validate_dgrad_add(const at::Tensor& dy_like, const at::Tensor& w_like,
+                               const at::Tensor& other_like, int64_t stride) {
+  const Tensors t = dgrad_add_meta(dy_like, w_like, other_like);
+  CudnnGraph graph(t.front().scalar_type(), at::kFloat, t);
+  declare_dgrad_add(graph, t, stride);
+  const std::string failure = graph.validate();
+  return failure.empty() ? "" : "dgrad-add: " + failure;
+}
 
 std::string prepare_dgrad_add(const at::Tensor& dy_like, const at::Tensor& w_like,
                               const at::Tensor& other_like, int64_t stride) {

@@ -69,6 +69,9 @@ std::string prepare_dgrad_add(const at::Tensor& dy, const at::Tensor& w, const a
                               int64_t stride);
 std::string dgrad_add_engine(const at::Tensor& dy, const at::Tensor& w, const at::Tensor& other,
                              int64_t stride);
+// What prepare_dgrad_add asks cuDNN to build, checked on the host only (as validate() above).
+std::string validate_dgrad_add(const at::Tensor& dy, const at::Tensor& w, const at::Tensor& other,
+                               int64_t stride);
 at::Tensor dgrad_add(const at::Tensor& dy, const at::Tensor& w, const at::Tensor& other,
                      int64_t stride);
 
