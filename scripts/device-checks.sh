@@ -2,8 +2,9 @@
 # The checks that need a GPU, run on a GPU machine with PyTorch 2.11 (cu130) from the repository
 # root, using the bundle that scripts/device-bundle.sh made on the build machine (no compiler,
 # packages or network needed there). Stages, in order (default: all):
-#   tests      the GPU tests (fused input kernel, fused batch norm and the convolution-side
-#              fusion against float64 and the whole ResNet against float32, the compact max
+#   tests      the GPU tests (fused input kernel, fused batch norm, the convolution-side fusion
+#              and the residual gradient's dgrad-add (cuDNN builds them for every ResNet-50
+#              block) against float64 and the whole ResNet against float32, the compact max
 #              pooling against ATen's bit for bit, fp16/bf16 steps in channels_last, loss
 #              scaling) and the gradient all-reduce over NCCL under `mpirun -np 1`
 #              (fp32/fp16/bf16 wire)
