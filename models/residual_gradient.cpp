@@ -16,7 +16,7 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-int64_t padding(const at::Tensor& w) { return w.size(2) / 2; }  // "same" for 1x1, 3x3 and 7x7
+int64_t padding(const at::Tensor& w) { return w.size(2) / 2; }  // "same" for 1x1 and 3x3
 
 // The convolution's gradients for x (when x_grad) and w (when w_grad) from ATen.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> aten_gradients(const at::Tensor& dy,

@@ -32,6 +32,14 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.serial)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def torchrun_logs(tmp_path_factory):
+    """torchrun's agent writes its logs under the session's temporary directory, which pytest
+    removes, instead of a new /tmp/torchelastic_* folder each run (PET_LOG_DIR is torchrun's
+    --log-dir; one the caller set stays)."""
+    os.environ.setdefault("PET_LOG_DIR", str(tmp_path_factory.mktemp("torchelastic")))
+
+
 def binary(name):
     """Path of a built binary; skips the test when the build has not produced it."""
     for candidate in (BUILD / name, BUILD / "tests" / name):
