@@ -119,8 +119,10 @@ fe::error_t CudnnGraph::autotune(cudnnHandle_t handle) {
     }
     const auto format =
         like.dim() == 4 ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+    // at::empty, not at::rand: a factory without a memory_format argument ignores the option's.
     scratch.push_back(
-        at::rand(like.sizes(), like.options().device(at::kCUDA).memory_format(format)));
+        at::empty(like.sizes(), like.options().device(at::kCUDA).memory_format(format))
+            .uniform_(0, 1));
   }
   std::unordered_map<GraphTensor, void*> pointers = data_pointers(scratch);
   const at::Tensor workspace =
