@@ -8,14 +8,13 @@
 
 #include "models/cuda/conv_bn_graphs.h"
 #include "models/cuda/fused_batch_norm.h"
+#include "models/same_conv.h"
 
 namespace trainer {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-int64_t padding(const at::Tensor& w) { return w.size(2) / 2; }  // "same" for 1x1 and 3x3
 
 at::Tensor per_channel(const at::Tensor& t) { return t.view({1, -1, 1, 1}); }
 
@@ -30,7 +29,7 @@ int64_t per_channel_count(const at::Tensor& x) { return x.numel() / x.size(1); }
 // ATen's side of conv_bn_graphs: the same values, from unfused ops.
 conv_bn_graphs::ConvWithStats aten_conv(const at::Tensor& x, const at::Tensor& w, int64_t stride,
                                         bool with_stats) {
-  const at::Tensor y = at::conv2d(x, w, /*bias=*/{}, stride, padding(w));
+  const at::Tensor y = same_conv(x, w, stride);
   if (!with_stats) return {y, {}, {}};
   const at::Tensor wide = y.to(accumulate_type(y));
   return {y, wide.sum({0, 2, 3}), wide.square().sum({0, 2, 3})};
@@ -93,10 +92,8 @@ class ConvStats : public torch::autograd::Function<ConvStats> {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &w = saved[1];
     const int64_t stride = ctx->saved_data["stride"].toInt();
-    auto [dx, dw, unused] = at::convolution_backward(
-        grads[0], x, w, /*bias_sizes=*/std::nullopt, {stride, stride}, {padding(w), padding(w)},
-        /*dilation=*/{1, 1}, /*transposed=*/false, /*output_padding=*/{0, 0}, /*groups=*/1,
-        {ctx->needs_input_grad(0), ctx->needs_input_grad(1), false});
+    auto [dx, dw] = same_conv_gradients(grads[0], x, w, stride, ctx->needs_input_grad(0),
+                                        ctx->needs_input_grad(1));
     return {dx, dw, at::Tensor(), at::Tensor()};
   }
 };
@@ -112,9 +109,8 @@ struct Grads {
 Grads aten_backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& w,
                     const at::Tensor& io_scale, const at::Tensor& io_bias,
                     const conv_bn_graphs::BnStatistics& bn, int64_t stride) {
-  auto [d_activation, dw, unused] = at::convolution_backward(
-      dy, scale_bias_relu(x, io_scale, io_bias), w, std::nullopt, {stride, stride},
-      {padding(w), padding(w)}, {1, 1}, false, {0, 0}, 1, {true, true, false});
+  auto [d_activation, dw] =
+      same_conv_gradients(dy, scale_bias_relu(x, io_scale, io_bias), w, stride, true, true);
   const at::Tensor xhat =
       (x.to(accumulate_type(x)) - per_channel(bn.mean)) * per_channel(bn.invstd);
   const at::Tensor pre_relu = xhat * per_channel(bn.gamma) + per_channel(bn.beta);

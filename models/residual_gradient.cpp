@@ -9,25 +9,13 @@
 #include <string>
 
 #include "models/cuda/conv_bn_graphs.h"
+#include "models/same_conv.h"
 
 namespace trainer {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-int64_t padding(const at::Tensor& w) { return w.size(2) / 2; }  // "same" for 1x1 and 3x3
-
-// The convolution's gradients for x (when x_grad) and w (when w_grad) from ATen.
-std::tuple<at::Tensor, at::Tensor, at::Tensor> aten_gradients(const at::Tensor& dy,
-                                                              const at::Tensor& x,
-                                                              const at::Tensor& w, int64_t stride,
-                                                              bool x_grad, bool w_grad) {
-  return at::convolution_backward(dy, x, w, /*bias_sizes=*/std::nullopt, {stride, stride},
-                                  {padding(w), padding(w)}, /*dilation=*/{1, 1},
-                                  /*transposed=*/false, /*output_padding=*/{0, 0}, /*groups=*/1,
-                                  {x_grad, w_grad, false});
-}
 
 // Says once per shape that its blocks sum the gradients apart, and why.
 void warn_once(const std::string& shape, const std::string& failure) {
@@ -61,7 +49,7 @@ class ConvBesideShortcutOp : public torch::autograd::Function<ConvBesideShortcut
     ctx->saved_data["backend"] = backend;
     // x itself as the second output: autograd hands the shortcut a view of it, with this op as
     // the view's gradient function, so that x's two gradients meet in backward() below.
-    return {at::conv2d(x, w, /*bias=*/{}, stride, padding(w)), x};
+    return {same_conv(x, w, stride), x};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -76,10 +64,10 @@ class ConvBesideShortcutOp : public torch::autograd::Function<ConvBesideShortcut
     if (x_grad && d_shortcut.defined() && cudnn &&
         cudnn_dgrad_add_ready(dy, w, d_shortcut, stride)) {
       const at::Tensor dw =
-          w_grad ? std::get<1>(aten_gradients(dy, x, w, stride, false, true)) : at::Tensor();
+          w_grad ? std::get<1>(same_conv_gradients(dy, x, w, stride, false, true)) : at::Tensor();
       return {conv_bn_graphs::dgrad_add(dy, w, d_shortcut, stride), dw, at::Tensor(), at::Tensor()};
     }
-    auto [dx, dw, unused] = aten_gradients(dy, x, w, stride, x_grad, w_grad);
+    auto [dx, dw] = same_conv_gradients(dy, x, w, stride, x_grad, w_grad);
     if (x_grad && d_shortcut.defined()) dx = dx + d_shortcut;
     return {dx, dw, at::Tensor(), at::Tensor()};
   }
