@@ -1,8 +1,10 @@
 """Shared fixtures for the Python tests: where the build put the binaries; which tests run alone."""
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -32,12 +34,23 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.serial)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def torchrun_logs(tmp_path_factory):
-    """torchrun's agent writes its logs under the session's temporary directory, which pytest
-    removes, instead of a new /tmp/torchelastic_* folder each run (PET_LOG_DIR is torchrun's
-    --log-dir; one the caller set stays)."""
-    os.environ.setdefault("PET_LOG_DIR", str(tmp_path_factory.mktemp("torchelastic")))
+_torchrun_logs = None  # the folder pytest_configure made, which pytest_unconfigure removes
+
+
+def pytest_configure(config):
+    """torchrun's agent writes its logs into one folder of this run's, removed at its end, instead
+    of a new /tmp/torchelastic_* folder each run (PET_LOG_DIR is torchrun's --log-dir; one the
+    caller set stays). Set before the test modules are imported, so that the environments they
+    copy at import have it, and before pytest-xdist starts its workers, which inherit it."""
+    global _torchrun_logs
+    if "PET_LOG_DIR" not in os.environ:
+        _torchrun_logs = tempfile.mkdtemp(prefix="pytest-torchelastic-")
+        os.environ["PET_LOG_DIR"] = _torchrun_logs
+
+
+def pytest_unconfigure(config):
+    if _torchrun_logs:
+        shutil.rmtree(_torchrun_logs, ignore_errors=True)
 
 
 def binary(name):
