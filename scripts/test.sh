@@ -10,9 +10,10 @@ python=$("$root/scripts/setup.sh" | tail -n 1)
 export BUILD_DIR=${BUILD_DIR:-$root/build}
 "$root/scripts/build.sh"
 
-# The image the deploy tests run (tests/deploy/image_support.py), built while the C++ tests run:
-# from bare its build is mostly downloads and package installs (minutes), from a warm cache
-# seconds. The tests' own build then finds every layer cached, or fails and says why.
+# The image the deploy tests run (tests/deploy/image_support.py), built while the C++ tests and
+# pytest's first pass run (the serial pass's tests are the ones that run it): from bare its build
+# is mostly downloads and package installs (minutes), from a warm cache seconds. The tests' own
+# build then finds every layer cached, or fails and says why.
 image_log=$(mktemp)
 image_build=
 # shellcheck disable=SC2064  # the log's name now; the build's when it runs
@@ -33,9 +34,6 @@ OMP_NUM_THREADS=1 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$(nproc)
 # AddressSanitizer and UndefinedBehaviorSanitizer, each fuzz target's corpus replayed and 3,000
 # mutations of it from a fixed seed. The full runs: scripts/sanitize.sh, scripts/fuzz.sh.
 BUILD_DIR="$root/build-fuzz" "$root/scripts/fuzz.sh" --check records example image_decode augment tar
-if [ -n "$image_build" ]; then
-  wait "$image_build" || echo "test.sh: the early image build failed ($(tail -n 1 "$image_log")); the image tests build it again"
-fi
 # pytest in two passes, both run whatever the first's result. First the tests but those marked
 # serial, as many at a time as there are cores (pytest-xdist), a whole file to a worker so that a
 # file's fixtures are made once, each process with one LibTorch thread (as ctest's above); many
@@ -46,6 +44,10 @@ export TRAINER_BUILD_DIR=$BUILD_DIR
 status=0
 OMP_NUM_THREADS=1 "$python" -m pytest -q -rs --durations=15 -m "not serial" \
   -n "$(nproc)" --dist loadfile "$root/tests" || status=1
+# The image is for the serial pass's tests alone: its build went on beside the first pass.
+if [ -n "$image_build" ]; then
+  wait "$image_build" || echo "test.sh: the early image build failed ($(tail -n 1 "$image_log")); the image tests build it again"
+fi
 "$python" -m pytest -q -rs --durations=15 -m serial "$root/tests" || status=1
 set +x
 if [ "$status" != 0 ]; then
