@@ -1,7 +1,9 @@
-"""Shared fixtures for the Python tests: where the build put the binaries; which tests run alone."""
+"""Shared fixtures and helpers for the Python tests: where the build put the binaries; which tests
+run alone; ending a process with everything it started."""
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -59,6 +61,36 @@ def binary(name):
         if candidate.exists():
             return candidate
     pytest.skip(f"{name} not built in {BUILD}; run scripts/build.sh first")
+
+
+def descendants(pid):
+    """PIDs of the processes below `pid`, from /proc."""
+    children = {}
+    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, pending = [], [pid]
+    while pending:
+        below = children.get(pending.pop(), [])
+        found += below
+        pending += below
+    return found
+
+
+def kill_tree(proc):
+    """SIGKILL to `proc` and every process below it (all started by this test)."""
+    for pid in [proc.pid, *descendants(proc.pid)]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def run_train(*args, timeout=600, **kwargs):

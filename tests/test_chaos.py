@@ -62,7 +62,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, binary
+from conftest import ROOT, binary, descendants, kill_tree
 
 PYTHON = Path(sys.executable)
 TORCHRUN = PYTHON.parent / "torchrun"  # the `torch` wheel's, in the test venv
@@ -282,23 +282,6 @@ def draw(seed):
 
 # Processes.
 
-def descendants(pid):
-    """PIDs of the processes below `pid`, from /proc."""
-    children = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError, IndexError):
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, pending = [], [pid]
-    while pending:
-        below = children.get(pending.pop(), [])
-        found += below
-        pending += below
-    return found
-
-
 def comm(pid):
     try:
         return Path(f"/proc/{pid}/comm").read_text().strip()
@@ -319,19 +302,6 @@ def processes_holding(marker):
         except (FileNotFoundError, ProcessLookupError, PermissionError, IndexError):
             continue
     return found
-
-
-def kill_tree(proc):
-    """SIGKILL to `proc` and every process below it (all started by this test)."""
-    for pid in [proc.pid, *descendants(proc.pid)]:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def log_time(line):

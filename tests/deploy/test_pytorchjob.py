@@ -9,7 +9,6 @@ import copy
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -24,6 +23,7 @@ yaml = pytest.importorskip("yaml", reason="pyyaml is missing: run scripts/setup.
 from deploy_support import (MPIJOB_TARGETS, PYTORCHJOB_CRD, PYTORCHJOB_TARGETS,  # noqa: E402,F401
                             ROOT, build_dir, crd_validator, kubectl, render,
                             rendered)
+from conftest import kill_tree  # noqa: E402
 
 BIN = "/opt/resnet-trainer/bin/"
 TORCHRUN = Path(sys.executable).parent / "torchrun"  # the `torch` wheel's, in the test venv
@@ -184,33 +184,6 @@ def wait_for_listener(port, pod, timeout=60):
         time.sleep(0.1)
 
 
-def descendants(pid):
-    """PIDs of the processes below `pid`, from /proc."""
-    children = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, pending = [], [pid]
-    while pending:
-        below = children.get(pending.pop(), [])
-        found += below
-        pending += below
-    return found
-
-
-def kill_pod(pod):
-    """SIGKILL to the pod's process and every process below it, as when its container dies."""
-    for pid in [pod.pid, *descendants(pod.pid)]:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    pod.wait()
-
-
 # A line of `train`'s log starts with its time: [YYYY-MM-DD HH:MM:SS.mmm].
 LOG_TIME = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}\]")
 
@@ -297,7 +270,7 @@ class Cluster:
 
     def stop(self):
         for pod in self.pods:
-            kill_pod(pod)
+            kill_tree(pod)
 
 
 def assert_every_image_once_per_epoch(trace, log, epochs):
@@ -317,7 +290,7 @@ def test_worker_command_trains_loses_a_pod_and_finishes_on_the_other(render, tmp
         cluster.wait_for_checkpoint(4)
         # The second pod's node goes away: every process of the pod dies at once (torchrun
         # starts each rank in a session of its own, so the pod's process group is not enough).
-        kill_pod(cluster.pods[1])
+        kill_tree(cluster.pods[1])
         out, _ = cluster.pods[0].communicate(timeout=600)
     finally:
         cluster.stop()
@@ -364,7 +337,7 @@ def test_a_pod_replaced_mid_run_rejoins_and_the_two_finish(render, tmp_path):
         cluster.start_pod()
         cluster.start_pod()
         cluster.wait_for_checkpoint(4)
-        kill_pod(cluster.pods[1])
+        kill_tree(cluster.pods[1])
         cluster.pods.pop()
         cluster.wait_for_checkpoint(10)  # at world 1 (2 steps a checkpoint)
         cluster.start_pod(index=1)
