@@ -1,6 +1,7 @@
-// The convolutions of a ResNet's blocks as the fused ops run them in ATen: square kernels (1x1 or
-// 3x3), one stride both ways, "same" padding, no bias, no groups. One place for the forward and its
-// gradients, so that the fused ops' ATen paths and their fallbacks cannot disagree on a parameter.
+// The convolutions of a ResNet's blocks as the fused ops run them: square kernels (1x1 or 3x3), one
+// stride both ways, "same" padding, no bias, no groups. One place for the padding (the cuDNN graphs
+// read it too) and for the ATen forward and gradients, so that the fused ops' ATen paths, their
+// fallbacks and their cuDNN graphs cannot disagree on a parameter.
 #pragma once
 
 #include <ATen/ATen.h>

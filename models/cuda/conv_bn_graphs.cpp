@@ -12,6 +12,7 @@
 
 #include "base/check.h"
 #include "models/cuda/cudnn_graph.h"
+#include "models/same_conv.h"
 
 // Note [Convolution-side batch norm graphs]
 // Each graph is declared over a list of tensors, each of its tensors one place in the list, and
@@ -29,7 +30,7 @@ using Tensors = std::vector<at::Tensor>;
 
 template <typename Attributes>
 Attributes geometry(Attributes attributes, int64_t stride, const at::Tensor& w) {
-  const int64_t pad = w.size(2) / 2;  // "same" padding: 1x1 and 3x3 kernels
+  const int64_t pad = same_padding(w);
   return attributes.set_padding({pad, pad}).set_stride({stride, stride}).set_dilation({1, 1});
 }
 
