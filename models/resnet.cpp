@@ -11,6 +11,7 @@
 #include "base/check.h"
 #include "models/cuda/fused_batch_norm.h"
 #include "models/cuda/max_pool.h"
+#include "models/stem.h"
 
 namespace trainer {
 namespace {
@@ -180,10 +181,6 @@ int resnet_depth_from_name(const std::string& arch) {
                   "'; allowed: resnet18, resnet34, resnet50, resnet101, resnet152");
 }
 
-namespace {
-constexpr int64_t kStemStride = 2, kStemPadding = 3;  // of the stem's 7x7 convolution
-}  // namespace
-
 ResNetImpl::ResNetImpl(const ResNetOptions& options) : options_(options) {
   auto spec_it = depth_specs().find(options.depth);
   USER_CHECK(spec_it != depth_specs().end(), "ResNet depth ", options.depth,
@@ -191,10 +188,10 @@ ResNetImpl::ResNetImpl(const ResNetOptions& options) : options_(options) {
   USER_CHECK(options.num_classes > 0, "num_classes must be positive, got ", options.num_classes);
   const DepthSpec& spec = spec_it->second;
 
-  conv1 = register_module(
-      "conv1",
-      nn::Conv2d(
-          nn::Conv2dOptions(3, 64, 7).stride(kStemStride).padding(kStemPadding).bias(false)));
+  conv1 = register_module("conv1", nn::Conv2d(nn::Conv2dOptions(3, 64, kStemKernel)
+                                                  .stride(kStemStride)
+                                                  .padding(kStemPadding)
+                                                  .bias(false)));
   bn1 = register_module("bn1", nn::BatchNorm2d(64));
   int64_t channels = 64;
   const std::array<int64_t, 4> widths = {64, 128, 256, 512};
@@ -270,15 +267,11 @@ void ResNetImpl::initialize_weights() {
 }
 
 torch::Tensor ResNetImpl::stem_convolution(const torch::Tensor& x) {
-  const int64_t added = options_.stem_input_channels - x.size(1);
-  if (added <= 0) return conv1(x);
-  // Pads dimension 1 (channels) at the end; the layouts stay channels_last if they were.
-  const std::vector<int64_t> more_channels = {0, 0, 0, 0, 0, added};
-  const torch::Tensor input =
-      at::constant_pad_nd(x, more_channels).contiguous(x.suggest_memory_format());
-  const torch::Tensor weight = at::constant_pad_nd(conv1->weight, more_channels)
-                                   .contiguous(conv1->weight.suggest_memory_format());
-  return at::conv2d(input, weight, /*bias=*/{}, /*stride=*/kStemStride, /*padding=*/kStemPadding);
+  if (options_.stem_space_to_depth && x.is_cuda())
+    return space_to_depth_stem_conv(x, conv1->weight);
+  if (options_.stem_input_channels > x.size(1))
+    return padded_stem_conv(x, conv1->weight, options_.stem_input_channels);
+  return conv1(x);
 }
 
 torch::Tensor ResNetImpl::stem_max_pool(const torch::Tensor& x) {

@@ -14,8 +14,9 @@
 #   graph      the step as a CUDA graph (cuda_graph) against the eager step under `mpirun -np 1`
 #              (the gradient all-reduce recorded in the graph), fp16 at batch 32 (the graph alone:
 #              the train stage)
-#   stem       the stem convolution's input channels (stem_input_channels 3, 4 and 8), bf16 and
-#              fp16 at batch 256, eager
+#   stem       the stem convolution's forms: the 7x7/2 convolution of 3 or 8 input channels
+#              (stem_input_channels) and the 4x4/1 one over 2x2 pixel blocks
+#              (stem_space_to_depth, the default), bf16 and fp16 at batch 256
 #   v100       configs/p3.16xlarge.toml's work per GPU (ResNet-50, fp16, 256 images of 224 px) in
 #              a 16 GB V100's memory (gpu_memory_gib 15), eager and with the step as a CUDA graph:
 #              generated images, each epoch 6 full steps, a short one and an evaluation; then
@@ -46,6 +47,7 @@
 # TRAIN_RUNS: the train stage's PRECISION:BATCH runs (default "fp16:256 bf16:256 fp16:32 bf16:32").
 # TRIAL_ARGS: keys the train stage also measures with the graph, in the same runs (bench-train.sh),
 # e.g. TRIAL_ARGS="--fused_residual_gradient true".
+# GPU_TESTS: the tests stage's gtest filter of trainer_tests (default every *Gpu suite).
 # TRAIN_ARGS: keys added to every run of `train` in the numerics, profile, recipes, techniques and
 # pipeline stages (e.g. every recipe with the step as a CUDA graph).
 # Output goes to the terminal and to $OUT/device-checks.log (OUT defaults to /tmp/device-out),
@@ -95,8 +97,7 @@ run_stage() {
     tests)
       # Both suites run, whichever fails: one failure must not hide the other suite's results.
       status=0
-      trainer_tests --gtest_filter='Gpu.*:FusedBatchNormGpu.*:ConvBnFusionGpu.*:MaxPoolGpu.*' ||
-        status=$?
+      trainer_tests --gtest_filter="${GPU_TESTS:-*Gpu.*}" || status=$?
       mpirun -np 1 distributed_tests --gtest_filter='Distributed.Gpu*' || status=$?
       exit "$status"
       ;;
@@ -118,9 +119,11 @@ run_stage() {
       ;;
     stem)
       for precision in bf16 fp16; do
-        for channels in 3 4 8; do
-          echo "-- $precision batch 256 stem_input_channels $channels"
-          "${benchmark[@]}" --precision "$precision" --stem_input_channels "$channels" 2>&1 |
+        for form in "--stem_space_to_depth false --stem_input_channels 3" \
+          "--stem_space_to_depth false --stem_input_channels 8" "--stem_space_to_depth true"; do
+          echo "-- $precision batch 256 $form"
+          # shellcheck disable=SC2086  # the form's key and value, split
+          "${benchmark[@]}" --precision "$precision" $form 2>&1 |
             grep -E 'benchmark |error'
         done
       done

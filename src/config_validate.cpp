@@ -62,6 +62,10 @@ void validate_sizes_and_parallelism(const Config& c) {
   check(c.stem_input_channels == 3 || c.stem_input_channels == 4 || c.stem_input_channels == 8,
         "stem_input_channels", c.stem_input_channels,
         "must be 3 (the image's channels), 4 or 8 (the image and zero channels)");
+  check(c.stem_input_channels == 3 || !c.stem_space_to_depth, "stem_input_channels",
+        c.stem_input_channels,
+        "is unused with stem_space_to_depth = true (its convolution reads 16 channels of its "
+        "own). Fix: stem_input_channels = 3, or stem_space_to_depth = false");
   check(c.global_batch == 0 || c.global_batch >= c.world_size, "global_batch", c.global_batch,
         "must be 0 or at least one image per rank (" + std::to_string(c.world_size) +
             " ranks). Fix: a global_batch of at least the number of GPUs, or fewer ranks");

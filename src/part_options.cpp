@@ -63,6 +63,7 @@ TrainerOptions trainer_options(const Config& c) {
   // steps are one batch each, whatever global_batch says (run_benchmark).
   o.cuda_graph = c.cuda_graph && (c.benchmark || c.micro_batches() == 1);
   o.model.stem_input_channels = c.stem_input_channels;
+  o.model.stem_space_to_depth = c.stem_space_to_depth;
   o.model.fused_conv_batch_norm = c.fused_conv_batch_norm;
   o.model.fused_residual_gradient = c.fused_residual_gradient;
   o.model.compact_max_pool = c.compact_max_pool;
