@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checks an AWS account and this machine before docs/eks.md's first step, and says what to change:
-#   - the tools: aws v2, eksctl, kubectl 1.27 or newer (kustomize built in), helm 3, docker buildx;
+#   - the tools: aws v2, eksctl, kubectl 1.27 or newer (kustomize built in), helm 3 or 4, docker buildx;
 #   - the account: credentials, the "Running On-Demand P instances" vCPU quota (L-417A185B) for
 #     the first launch and for the scale-out step;
 #   - the zone: AZ must offer the GPU instance types (zone letters map to different zones in each
@@ -45,8 +45,9 @@ if [ -n "$version" ] && version_at_least "$version" 1.27; then ok "kubectl: $ver
     "minor version of EKS_VERSION"
 fi
 version=$("${HELM:-helm}" version --short 2>/dev/null) || version=""
-if [[ "$version" == v3.* ]]; then ok "helm: $version"; else
-  fail "helm 3 not found (got '${version:-nothing}'). HINT: install helm 3"
+# Helm 4 (2025-11) runs the guide's charts and commands as Helm 3 does.
+if [[ "$version" == v3.* || "$version" == v4.* ]]; then ok "helm: $version"; else
+  fail "helm 3 or 4 not found (got '${version:-nothing}'). HINT: install helm 4 (or 3)"
 fi
 if "${DOCKER:-docker}" buildx version >/dev/null 2>&1; then ok "docker buildx"; else
   fail "docker with buildx (BuildKit) not found. HINT: scripts/image-build.sh needs it"

@@ -346,6 +346,8 @@ def test_a_new_file_system_is_scratch_that_exports_to_its_import_bucket(render, 
     storage_class = the(render("fsx", env=env), "StorageClass")
     assert storage_class["reclaimPolicy"] == "Delete"
     assert storage_class["parameters"]["deploymentType"] == "SCRATCH_2"
+    # Not the 2.10 FSx picks when none is named: AL2023's kernels want a current server.
+    assert storage_class["parameters"]["fileSystemTypeVersion"] == "2.15"
     assert storage_class["parameters"]["s3ImportPath"] == env["FSX_S3_IMPORT_PATH"]
     assert storage_class["parameters"]["s3ExportPath"] == exported_to
 

@@ -188,6 +188,20 @@ def test_preflight_fails_and_says_what_to_change(tools, answers, env, says):
     assert code == 1 and says in out, out
 
 
+@pytest.mark.parametrize("helm", ["v3.17.3+ge4da497", "v4.0.1+g4c6ef9b"])
+def test_preflight_takes_helm_3_and_4(tools, helm):
+    answers = [{**a, "text": helm} if a["tool"] == "helm" else a for a in GOOD_ACCOUNT]
+    code, out, _ = tools("eks-preflight.sh", answers, AZ="us-west-2b", EKS_VERSION="1.36")
+    assert code == 0 and f"helm: {helm}" in out, out
+
+
+def test_preflight_refuses_helm_2(tools):
+    answers = [{**a, "text": "Client: v2.17.0+ga690bad"} if a["tool"] == "helm" else a
+               for a in GOOD_ACCOUNT]
+    code, out, _ = tools("eks-preflight.sh", answers, AZ="us-west-2b", EKS_VERSION="1.36")
+    assert code == 1 and "helm 3 or 4 not found (got 'Client: v2.17.0+ga690bad')" in out, out
+
+
 def test_preflight_warns_of_the_scale_out_quota_but_passes(tools):
     answers = TOOLS_OK + [quota(256)] + GOOD_ACCOUNT[-2:]
     code, out, _ = tools("eks-preflight.sh", answers, AZ="us-west-2c", EKS_VERSION="1.35")
@@ -700,3 +714,39 @@ def test_every_target_the_guide_applies_renders_with_the_guide_arguments(render)
     for line in re.findall(r"^scripts/k8s-apply\.sh ([^&#\n]*)", GUIDE.read_text(), re.M):
         target, *options = line.replace("$IMAGE", "r.example/resnet-trainer:t").split()
         assert render(target, *options), line
+
+
+# --- k8s-wait-nodes.sh: the guide's wait after `eksctl scale nodegroup --wait` -------------------
+
+def nodes(*statuses):
+    """`kubectl get nodes --no-headers` as it prints them: NAME STATUS ROLES AGE VERSION."""
+    return "\n".join(f"ip-10-0-1-{i}.us-west-2.compute.internal   {s}   <none>   {40 + i}s   "
+                     "v1.35.2-eks-a1b2c3d" for i, s in enumerate(statuses))
+
+
+GET_NODES = ["get", "nodes", "node.kubernetes.io/instance-type=p3dn.24xlarge", "--no-headers"]
+
+
+def test_wait_nodes_waits_for_nodes_not_yet_registered(tools):
+    # The first look finds none (kubectl says so on stderr, exit 0); later ones find both Ready.
+    answers = [{"tool": "kubectl", "call": GET_NODES, "before": "kubectl get nodes",
+                "stderr": "No resources found\n"},
+               {"tool": "kubectl", "call": GET_NODES, "text": nodes("Ready", "Ready")}]
+    code, out, calls = tools("k8s-wait-nodes.sh", answers, "p3dn.24xlarge", "2", POLL_S="0.1")
+    assert code == 0 and "2 p3dn.24xlarge node(s) Ready" in out, out
+    assert len(calls) == 2
+
+
+def test_wait_nodes_counts_neither_not_ready_nor_cordoned_nodes(tools):
+    answers = [{"tool": "kubectl", "call": GET_NODES,
+                "text": nodes("Ready", "NotReady", "Ready,SchedulingDisabled")}]
+    code, out, calls = tools("k8s-wait-nodes.sh", answers, "p3dn.24xlarge", "2", "1",
+                             POLL_S="0.2")
+    assert code == 1, out
+    assert "1 of 2 p3dn.24xlarge node(s) Ready after 1 s" in out and "Fix:" in out
+    assert len(calls) >= 2  # it looked again before giving up
+
+
+def test_wait_nodes_refuses_a_bad_count(tools):
+    code, out, calls = tools("k8s-wait-nodes.sh", [], "p3dn.24xlarge", "two")
+    assert code == 2 and "COUNT must be a positive whole number" in out and calls == []
