@@ -35,8 +35,10 @@
 #              (kernels by kind and by name, per step)
 #   train      scripts/bench-train.sh: this trainer (CUDA graph, eager, eager on ATen's batch
 #              norm and max pooling) next to PyTorch eager and compiled, fp16 and bf16 at batch
-#              256 and 32 (TRAIN_RUNS), each ending in its table row (COMPILE_MODE passes through;
-#              max-autotune compiles for minutes a run)
+#              256 and 32 (TRAIN_RUNS), each ending in its table row; COMPILE_MODES,
+#              MAX_AUTOTUNE_CONV and REPEATS pass through (default: reduce-overhead and
+#              max-autotune, 3 alternated repeats; max-autotune's first compile takes minutes,
+#              MAX_AUTOTUNE_CONV=ATEN a fraction of that, and repeats reuse Inductor's cache)
 #   pipeline   TFRecords into the GPU: generated ImageNet-sized JPEGs as TFRecords, bench-input on
 #              one core and on all, then ResNet-50 (fp16) trained on them for 3 epochs
 #   recipes    every configs/recipes/*.toml in benchmark mode (synthetic data, its precision, batch
