@@ -689,6 +689,11 @@ def guide_cluster():
     return yaml.safe_load(re.sub(r"\$\{?(\w+)\}?", lambda m: values[m.group(1)], heredoc))
 
 
+def test_the_cluster_config_installs_the_pod_identity_agent():
+    # The FSx CSI add-on (step 3) is degraded without it.
+    assert {"name": "eks-pod-identity-agent"} in guide_cluster().get("addons", [])
+
+
 def test_every_node_group_a_launch_needs_has_nodes_by_then(rendered):
     # No autoscaler is installed: a pod that selects an instance type runs only if that type's
     # node group was created with nodes, or scaled up by an earlier step of the guide.
