@@ -138,7 +138,8 @@ def test_blurpool_is_ffcvs_and_loads_into_torchvision(tmp_path, arch):
 
 class ExponentialMovingAverage(torch.optim.swa_utils.AveragedModel):
     """torchvision's (references/classification/utils.py), as its recipe uses it: an
-    AveragedModel that averages the BN buffers with the weights (use_buffers=True)."""
+    AveragedModel that averages the BN buffers with the weights (use_buffers=True; at f923aeb2
+    its own update_parameters averaged every state-dict entry, the same arithmetic)."""
 
     def __init__(self, model, decay, device="cpu"):
         def ema_avg(avg_model_param, model_param, num_averaged):
@@ -202,7 +203,7 @@ def test_ema_with_warmup_reset_is_torchvisions(tmp_path, buffers):
 
 
 class RASampler(torch.utils.data.Sampler):
-    """torchvision's references/classification/sampler.py @ 775e7604 (the --ra-reps version), the
+    """torchvision's references/classification/sampler.py @ f923aeb2 (the --ra-reps version), the
     arithmetic as written there: each index of the epoch's permutation `repetitions` times in a
     row, dealt index by index to the replicas, the epoch cut to a multiple of 256 images."""
 
