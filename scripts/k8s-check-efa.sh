@@ -2,10 +2,11 @@
 # Says whether NCCL really uses EFA in a running P3dn job, from its log so far
 # (scripts/k8s-logs.sh TARGET --once): exit 0 when aws-ofi-nccl selected the efa provider, 1
 # otherwise, naming what it found instead. Without EFA NCCL falls back to TCP sockets with no
-# error, only slower (aws-ofi-nccl#67). Older releases of the plugin log "Selected Provider is
-# efa", newer ones "Selected provider is efa, fabric is ...", so the match ignores case; the
-# line appears once NCCL has started (the first collective) with NCCL_DEBUG=INFO, which the p3dn
-# targets set.
+# error, only slower (aws-ofi-nccl's src/platform-aws.cpp); the plugin can also select efa and
+# then give it up (v1.21 does with a libfabric older than 1.22), after which NCCL logs "Using
+# network Socket". Older releases of the plugin log "Selected Provider is efa", newer ones
+# "Selected provider is efa, fabric is ...", so the match ignores case; the line appears once
+# NCCL has started (the first collective) with NCCL_DEBUG=INFO, which the p3dn targets set.
 # Usage: scripts/k8s-check-efa.sh [TARGET]   (default: p3dn.24xlarge; or pytorchjob-p3dn.24xlarge)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,9 +19,15 @@ log=$("$root/scripts/k8s-logs.sh" "$target" --once) || {
 selected=$(grep -i -o -m1 'selected provider is [a-z0-9_;+-]*' <<<"$log" || true)
 network=$(grep -o -m1 'Using network [A-Za-z0-9 _-]*' <<<"$log" || true)
 provider=$(awk '{print tolower($4)}' <<<"$selected")
-if [ "$provider" = efa ]; then
+if [ "$provider" = efa ] && [[ "$network" != *Socket* ]]; then
   echo "k8s-check-efa: $target uses EFA ('$selected')."
   exit 0
+fi
+if [ "$provider" = efa ]; then
+  echo "k8s-check-efa: $target does NOT use EFA: aws-ofi-nccl selected efa, then NCCL logged" \
+    "'$network' (TCP). HINT: the plugin's WARN lines above say why; a libfabric older than" \
+    "aws-ofi-nccl wants (the EFA installer's) is one cause" >&2
+  exit 1
 fi
 if [ -n "$selected" ]; then
   echo "k8s-check-efa: $target does NOT use EFA: aws-ofi-nccl selected '$provider'." \

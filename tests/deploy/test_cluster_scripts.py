@@ -95,6 +95,8 @@ SOCKET = "resnet50-worker-0:40:95 [0] NCCL INFO Using network Socket\n"
                                                (OFI_NEW, True, "uses EFA"),
                                                (OFI_TCP, False, "selected 'tcp'"),
                                                (SOCKET, False, "--efa"),
+                                               # efa selected, then given up: NCCL's sockets.
+                                               (OFI_NEW + SOCKET, False, "then NCCL logged"),
                                                ("step 20/150\n", False, "no NCCL network line")])
 def test_check_efa_exits_0_only_when_nccl_selected_efa(cluster, target, log, uses_efa, says):
     code, out_err, calls = cluster("k8s-check-efa.sh", target, log="NCCL INFO Bootstrap\n" + log)
