@@ -10,8 +10,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "base/check.h"
 #include "base/stop_signal.h"
+#include "base/user_error.h"
 
 namespace trainer {
 

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <map>
 
-#include "base/check.h"
+#include "base/user_error.h"
 #include "models/cuda/fused_batch_norm.h"
 #include "models/cuda/max_pool.h"
 #include "models/stem.h"

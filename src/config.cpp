@@ -12,7 +12,7 @@
 #include <sstream>
 #include <type_traits>
 
-#include "base/check.h"
+#include "base/user_error.h"
 #include "src/config_input.h"
 
 namespace trainer {

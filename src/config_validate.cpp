@@ -4,7 +4,7 @@
 #include <string>
 #include <utility>
 
-#include "base/check.h"
+#include "base/user_error.h"
 #include "src/config.h"
 
 namespace trainer {

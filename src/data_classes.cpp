@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "base/check.h"
+#include "base/user_error.h"
 #include "data/formats/tfrecord/file.h"
 
 namespace trainer {

@@ -10,7 +10,7 @@
 
 #include <cstdio>
 
-#include "base/check.h"
+#include "base/cuda_check.h"
 
 namespace trainer {
 

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "base/check.h"
+#include "base/user_error.h"
 
 namespace trainer {
 namespace {

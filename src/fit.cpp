@@ -9,8 +9,8 @@
 #include <utility>
 
 #include "base/bounded_wait.h"
-#include "base/check.h"
 #include "base/stop_signal.h"
+#include "base/user_error.h"
 #include "data/sources/step_shares.h"
 #include "src/evaluation.h"
 #include "src/part_options.h"

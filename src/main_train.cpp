@@ -18,8 +18,8 @@
 #include <thread>
 
 #include "base/bounded_wait.h"
-#include "base/check.h"
 #include "base/stop_signal.h"
+#include "base/user_error.h"
 #include "src/benchmark.h"
 #include "src/config.h"
 #include "src/data_classes.h"

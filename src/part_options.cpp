@@ -2,7 +2,7 @@
 
 #include <filesystem>
 
-#include "base/check.h"
+#include "base/user_error.h"
 #include "src/train/weight_average.h"
 
 namespace trainer {

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "base/check.h"
+#include "base/user_error.h"
 #include "data/sources/step_shares.h"
 #include "src/part_options.h"
 #include "src/train/lr_schedule.h"

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "base/check.h"
+#include "base/user_error.h"
 #include "src/state/checkpoint.h"
 #include "src/state/class_match.h"
 #include "src/state/weights.h"

@@ -7,7 +7,7 @@
 #include <functional>
 #include <string>
 
-#include "base/check.h"
+#include "base/user_error.h"
 #include "data/datasets/record_classes.h"
 #include "src/report/class_accuracy.h"
 #include "src/state/checkpoint.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "base/check.h"
+#include "base/user_error.h"
 #include "src/config.h"
 #include "tests/temp_dir.h"
 

@@ -13,7 +13,7 @@
 #include <optional>
 #include <thread>
 
-#include "base/check.h"
+#include "base/mpi_check.h"
 #include "data/sources/memory_source.h"
 #include "data/sources/step_shares.h"
 #include "src/dist/gradient_reducer.h"

@@ -1,7 +1,8 @@
 """The layout shows the architecture, and the includes keep to it: base/ (what every layer uses)
 includes nothing of ours above it; models/ and data/ include nothing from src/; inside data/,
 formats < transforms < datasets < sources; no two units (a header and its source) include each
-other, however indirectly; README's layout table names the folder of every source file; and files
+other, however indirectly; README's layout table names the folder of every source file; a unit
+includes MPI's, NCCL's, CUDA's or cuDNN's headers only when it talks to that library; and files
 and functions stay small."""
 import re
 from collections import defaultdict
@@ -132,3 +133,39 @@ def test_no_function_is_over_60_lines():
             for p in sources() for fn in lizard.analyze_file(str(p)).function_list
             if fn.length > MAX_FUNCTION_LINES and (rel(p), fn.name) not in DECLARATIVE_TABLES]
     assert long == []
+
+
+# The libraries whose headers a unit includes only when it calls them: a header (the library's own
+# or the project's check for it) and the names that show a call.
+LIBRARIES = {
+    "MPI": (re.compile(r'^#include (<mpi\.h>|"base/mpi_check\.h")', re.M), re.compile(r"\bMPI_")),
+    "NCCL": (re.compile(r'^#include (<nccl\.h>|"base/nccl_check\.h")', re.M),
+             re.compile(r"\bnccl|\bNCCL_CHECK\b")),
+    "cuDNN": (re.compile(r'^#include (<cudnn\.h>|"base/cudnn_check\.h")', re.M),
+              re.compile(r"\bcudnn[A-Z]|\bCUDNN_")),
+    "CUDA": (re.compile(r'^#include (<cuda_runtime(_api)?\.h>|"base/cuda_check\.h")', re.M),
+             re.compile(r"\bcuda[A-Z]|\bCUDA_CHECK\b")),
+}
+
+
+def test_a_unit_includes_a_librarys_headers_only_when_it_talks_to_it():
+    # So that a unit that only wants USER_CHECK (base/user_error.h) compiles without MPI, NCCL or
+    # CUDA, and a reader sees from the includes which units do.
+    units = defaultdict(str)
+    files = sources() + sorted(p for p in (ROOT / "tests").rglob("*") if p.suffix in (".h", ".cpp"))
+    for p in files:
+        units[unit(rel(p))] += p.read_text()
+    idle = []
+    for name, text in units.items():
+        code = re.sub(r"^#include .*$", "", text, flags=re.M)
+        for library, (header, call) in LIBRARIES.items():
+            if header.search(text) and not call.search(code):
+                idle.append(f"{name} includes {library}'s header but makes no {library} call")
+    assert idle == []
+
+
+def test_the_library_checks_stay_apart_from_user_errors():
+    # base/user_error.h is what a unit includes for USER_CHECK: no library comes with it.
+    text = (ROOT / "base" / "user_error.h").read_text()
+    assert re.findall(r"^#include .*$", text, re.M) == [
+        "#include <sstream>", "#include <stdexcept>", "#include <string>"]

@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "base/check.h"
+#include "base/user_error.h"
 #include "models/resnet.h"
 
 namespace trainer {

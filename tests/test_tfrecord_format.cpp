@@ -7,7 +7,7 @@
 #include <fstream>
 #include <thread>
 
-#include "base/check.h"
+#include "base/user_error.h"
 #include "data/formats/tfrecord/crc32c.h"
 #include "data/formats/tfrecord/file.h"
 #include "data/formats/tfrecord/image_example.h"

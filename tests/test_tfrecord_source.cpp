@@ -13,7 +13,7 @@
 #include <set>
 #include <string>
 
-#include "base/check.h"
+#include "base/user_error.h"
 #include "data/sources/tfrecord_source.h"
 #include "src/sources.h"
 #include "tests/tfrecord_test_util.h"

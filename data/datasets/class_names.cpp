@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "base/check.h"
+#include "base/user_error.h"
 
 namespace trainer {
 

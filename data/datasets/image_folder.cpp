@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "base/check.h"
+#include "base/user_error.h"
 
 namespace trainer {
 namespace fs = std::filesystem;

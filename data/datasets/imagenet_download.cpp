@@ -13,7 +13,7 @@
 #include <sstream>
 #include <thread>
 
-#include "base/check.h"
+#include "base/user_error.h"
 #include "data/datasets/image_folder.h"
 #include "data/formats/tar/tar.h"
 #include "data/formats/tfrecord/file.h"

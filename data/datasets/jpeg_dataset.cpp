@@ -8,8 +8,8 @@
 #include <opencv2/imgcodecs.hpp>
 #include <random>
 
-#include "base/check.h"
 #include "base/seed.h"
+#include "base/user_error.h"
 #include "data/formats/jpeg/decode.h"
 #include "data/formats/tfrecord/image_example.h"
 #include "data/formats/tfrecord/index.h"

@@ -1,6 +1,6 @@
 #include "data/datasets/record_classes.h"
 
-#include "base/check.h"
+#include "base/user_error.h"
 
 namespace trainer {
 

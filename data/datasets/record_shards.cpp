@@ -16,7 +16,7 @@
 #include <sstream>
 #include <thread>
 
-#include "base/check.h"
+#include "base/user_error.h"
 #include "data/formats/jpeg/decode.h"
 #include "data/formats/tfrecord/file.h"
 #include "data/formats/tfrecord/image_example.h"

@@ -4,8 +4,8 @@
 #include <numeric>
 #include <random>
 
-#include "base/check.h"
 #include "base/seed.h"
+#include "base/user_error.h"
 #include "data/sources/step_shares.h"
 
 namespace trainer {

@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
-#include "base/check.h"
+#include "base/user_error.h"
 #include "data/sources/step_shares.h"
 
 namespace trainer {

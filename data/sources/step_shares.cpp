@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "base/check.h"
+#include "base/user_error.h"
 
 namespace trainer {
 

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <set>
 
-#include "base/check.h"
 #include "base/seed.h"
+#include "base/user_error.h"
 #include "data/formats/tfrecord/file.h"
 
 namespace trainer {

@@ -6,8 +6,8 @@
 #include <opencv2/core/utility.hpp>
 
 #include "base/bounded_wait.h"
-#include "base/check.h"
 #include "base/seed.h"
+#include "base/user_error.h"
 #include "data/formats/tfrecord/file.h"
 #include "data/formats/tfrecord/record_layout.h"
 #include "data/sources/epoch_plan.h"

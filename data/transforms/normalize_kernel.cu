@@ -6,7 +6,7 @@
 
 #include <array>
 
-#include "base/check.h"
+#include "base/cuda_check.h"
 #include "base/cuda_float.cuh"
 #include "data/transforms/normalize_kernel.h"
 

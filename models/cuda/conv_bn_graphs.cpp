@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "base/check.h"
+#include "base/user_error.h"
 #include "models/cuda/cudnn_graph.h"
 #include "models/same_conv.h"
 

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <unordered_map>
 
-#include "base/check.h"
+#include "base/cudnn_check.h"
 
 namespace trainer {
 namespace {
@@ -21,8 +21,8 @@ fe::DataType_t fe_type(at::ScalarType dtype) {
     case at::kFloat:
       return fe::DataType_t::FLOAT;
     default:
-      throw UserError(detail::concat(
-          "cudnn-frontend graphs here take half, bfloat16 or float, not ", c10::toString(dtype)));
+      TORCH_INTERNAL_ASSERT(false, "cudnn-frontend graphs here take half, bfloat16 or float, not ",
+                            c10::toString(dtype));
   }
 }
 
@@ -158,12 +158,10 @@ std::string CudnnGraph::plan_name() const {
 void CudnnGraph::execute(const Tensors& tensors) {
   std::unordered_map<GraphTensor, void*> pointers = data_pointers(tensors);
   int64_t bytes = 0;
-  USER_CHECK(graph_.get_workspace_size(bytes).is_good(), "cudnn-frontend: no workspace size");
+  CUDNN_FE_CHECK(graph_.get_workspace_size(bytes));
   const at::Tensor workspace = at::empty(
       {std::max<int64_t>(bytes, 1)}, tensors.at(places_.front().second).options().dtype(at::kByte));
-  fe::error_t status = graph_.execute(at::native::getCudnnHandle(), pointers, workspace.data_ptr());
-  USER_CHECK(status.is_good(),
-             "cudnn-frontend: a built graph failed to run: ", status.get_message());
+  CUDNN_FE_CHECK(graph_.execute(at::native::getCudnnHandle(), pointers, workspace.data_ptr()));
 }
 
 }  // namespace trainer

@@ -13,7 +13,7 @@
 #include <stdexcept>
 #include <utility>
 
-#include "base/check.h"
+#include "base/cudnn_check.h"
 
 // Note [Fused batch norm]
 // cuDNN's batch norm "Ex" calls normalise, add the residual and apply the ReLU in one kernel, and
@@ -28,16 +28,6 @@
 
 namespace trainer {
 namespace {
-
-// A cuDNN call's failure with file:line, cuDNN's message and the way around it.
-#define CUDNN_CHECK(expr)                                                                  \
-  do {                                                                                     \
-    const cudnnStatus_t status_ = (expr);                                                  \
-    if (status_ != CUDNN_STATUS_SUCCESS)                                                   \
-      throw std::runtime_error(::trainer::detail::concat(                                  \
-          __FILE__, ":", __LINE__, ": ", #expr, " failed: ", cudnnGetErrorString(status_), \
-          ". Fix: fused_batch_norm = false runs ATen's batch norm instead"));              \
-  } while (0)
 
 constexpr cudnnBatchNormMode_t kMode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
 

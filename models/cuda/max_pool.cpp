@@ -5,7 +5,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/autograd.h>
 
-#include "base/check.h"
+#include "base/user_error.h"
 #include "models/cuda/max_pool_kernel.h"
 
 namespace trainer {

@@ -11,7 +11,7 @@
 #include <initializer_list>
 #include <type_traits>
 
-#include "base/check.h"
+#include "base/cuda_check.h"
 #include "base/cuda_float.cuh"
 #include "models/cuda/max_pool_kernel.h"
 

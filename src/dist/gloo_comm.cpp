@@ -18,7 +18,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include "base/check.h"
+#include "base/user_error.h"
 #include "src/dist/host_comm.h"
 
 namespace trainer {

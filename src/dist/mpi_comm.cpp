@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <memory>
 
-#include "base/check.h"
+#include "base/mpi_check.h"
 #include "src/dist/host_comm.h"
 
 // AddressSanitizer's leak checker (clang's feature test; GCC defines __SANITIZE_ADDRESS__).

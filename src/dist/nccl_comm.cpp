@@ -3,7 +3,7 @@
 
 #include <ATen/ATen.h>
 
-#include "base/check.h"
+#include "base/nccl_check.h"
 
 namespace trainer {
 namespace {

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -10,7 +11,7 @@
 #include <cstring>
 #include <fstream>
 
-#include "base/check.h"
+#include "base/user_error.h"
 #include "src/dist/nccl_comm.h"
 
 namespace trainer {

@@ -7,7 +7,7 @@
 #include <opencv2/imgproc.hpp>
 #include <vector>
 
-#include "base/check.h"
+#include "base/user_error.h"
 
 namespace trainer {
 namespace {

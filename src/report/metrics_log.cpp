@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "base/check.h"
+#include "base/user_error.h"
 
 namespace trainer {
 

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "base/check.h"
+#include "base/user_error.h"
 
 namespace trainer {
 

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "base/check.h"
+#include "base/user_error.h"
 #include "data/formats/tfrecord/record.h"
 #include "src/report/tensorboard_events.h"
 

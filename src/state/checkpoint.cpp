@@ -14,7 +14,7 @@
 #include <iterator>
 #include <vector>
 
-#include "base/check.h"
+#include "base/user_error.h"
 #include "src/state/torch_pickle.h"
 
 namespace trainer {

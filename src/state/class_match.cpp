@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <atomic>
 
-#include "base/check.h"
+#include "base/user_error.h"
 
 namespace trainer {
 namespace {

@@ -13,7 +13,7 @@
 #include <set>
 #include <string_view>
 
-#include "base/check.h"
+#include "base/user_error.h"
 
 namespace trainer {
 namespace {

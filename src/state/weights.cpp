@@ -10,7 +10,7 @@
 #include <fstream>
 #include <set>
 
-#include "base/check.h"
+#include "base/user_error.h"
 #include "src/state/torch_pickle.h"
 
 namespace trainer {

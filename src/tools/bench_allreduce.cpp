@@ -7,13 +7,14 @@
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <map>
 
-#include "base/check.h"
+#include "base/user_error.h"
 #include "src/device.h"
 #include "src/dist/process_group.h"
 #include "src/environment.h"

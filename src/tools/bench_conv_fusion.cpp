@@ -26,7 +26,7 @@
 #include <string>
 #include <utility>
 
-#include "base/check.h"
+#include "base/user_error.h"
 #include "models/conv_bn_fusion.h"
 #include "models/cuda/conv_bn_graphs.h"
 #include "models/cuda/fused_batch_norm.h"

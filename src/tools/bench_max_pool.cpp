@@ -15,7 +15,7 @@
 #include <functional>
 #include <string>
 
-#include "base/check.h"
+#include "base/cuda_check.h"
 #include "models/cuda/max_pool.h"
 #include "src/tools/gpu_timing.h"
 #include "src/tools/tool_main.h"

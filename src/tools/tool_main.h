@@ -6,7 +6,7 @@
 #include <exception>
 #include <iostream>
 
-#include "base/check.h"
+#include "base/user_error.h"
 
 namespace trainer {
 

@@ -2,7 +2,7 @@
 
 #include <ATen/ATen.h>
 
-#include "base/check.h"
+#include "base/user_error.h"
 
 namespace trainer {
 

@@ -2,13 +2,14 @@
 
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 #include <spdlog/spdlog.h>
 #include <torch/utils.h>
 
 #include <chrono>
 
-#include "base/check.h"
 #include "base/seed.h"
+#include "base/user_error.h"
 #include "data/transforms/device_input.h"
 #include "models/cuda/fused_batch_norm.h"
 #include "src/state/weights.h"

@@ -3,7 +3,7 @@
 // that passes validation prints as TOML that reads back as the same config.
 #include <sstream>
 
-#include "base/check.h"
+#include "base/user_error.h"
 #include "src/config.h"
 #include "tests/fuzz/fuzz_input.h"
 

@@ -6,7 +6,7 @@
 
 #include <exception>
 
-#include "base/check.h"
+#include "base/user_error.h"
 #include "src/state/checkpoint.h"
 #include "src/state/torch_pickle.h"
 #include "src/state/weights.h"
