@@ -54,7 +54,7 @@ struct ResNetOptions {
   // 4). The same outputs.
   int64_t stem_input_channels = 3;
   // On the GPU, the stem's convolution over 2x2 blocks of pixels, a 4x4 convolution of 16 channels
-  // that cuDNN runs on Hopper's kernels (models/stem.h); stem_input_channels is then unused.
+  // (models/stem.h); stem_input_channels is then unused.
   bool stem_space_to_depth = false;
   // On the GPU, the stem's max pooling as the project's kernels (models/cuda/max_pool.h): ATen's
   // values and gradients, a byte per output kept for backward instead of an int64 index.

@@ -19,8 +19,9 @@ at::Tensor padded_stem_conv(const at::Tensor& image, const at::Tensor& weight, i
 // their stem): output pixel o reads padded input pixels 2o .. 2o+6, which are blocks o .. o+3, so
 // the 7x7/2 convolution of 3 channels is a 4x4/1 convolution of the blocks' 4x3 values. A zero
 // fourth channel makes that 16 channels (a multiple of 8); the weight is padded to 8x8 with zeros
-// and rearranged the same way. On Hopper cuDNN runs the 7x7/2 form on older-generation kernels
-// (sm80 implicit GEMM, ~15x the arithmetic's time; docs/BENCHMARKS.md) and this one on sm90's.
+// and rearranged the same way. On Hopper cuDNN ran the 7x7/2 form on older-generation kernels
+// (sm80 implicit GEMM, ~15x the arithmetic's time; docs/BENCHMARKS.md); 16 channels at stride 1
+// is the shape the newer kernels take, which a GPU run must confirm (device-checks.sh stem).
 // Any image size; the outputs are the plain convolution's up to the order of the additions.
 at::Tensor space_to_depth_stem_conv(const at::Tensor& image, const at::Tensor& weight);
 

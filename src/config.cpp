@@ -100,7 +100,7 @@ void add_options(CLI::App& app, Config& c) {
   add("Device", "stem_input_channels", c.stem_input_channels,
       "3 | 4 | 8: the channels the stem convolution reads, the image's and zeros (cuDNN's NHWC)");
   add("Device", "stem_space_to_depth", c.stem_space_to_depth,
-      "the stem's 7x7/2 convolution as a 4x4/1 one over 2x2 pixel blocks (GPU; Hopper's kernels)");
+      "the stem's 7x7/2 convolution as a 4x4/1 one of 16 channels over 2x2 pixel blocks (GPU)");
   add("Device", "gpu_memory_gib", c.gpu_memory_gib,
       "most GPU memory the allocator may take, GiB (e.g. 15: a 16 GB V100's); 0: the card's");
   add_choice("Data", "data_source", c.data_source, "synthetic | generated | tfrecord");

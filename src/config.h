@@ -84,9 +84,9 @@ struct Config {
   // The channels the stem's convolution reads: 3, the image's; 4 or 8, the image and zero
   // channels, for cuDNN's NHWC kernels (models/resnet.h); the same results.
   int64_t stem_input_channels = 3;
-  // The stem's convolution over 2x2 blocks of pixels on the GPU: a 4x4 convolution of 16 channels
-  // that cuDNN runs on Hopper's kernels, the same results (models/stem.h); conv1.weight stays
-  // torchvision's. Takes the place of stem_input_channels.
+  // The stem's convolution over 2x2 blocks of pixels on the GPU: a 4x4 convolution of 16 channels,
+  // a shape Hopper's newer cuDNN kernels take, the same results (models/stem.h); conv1.weight
+  // stays torchvision's. Takes the place of stem_input_channels.
   bool stem_space_to_depth = false;
   // The most GPU memory LibTorch's allocator may take, GiB (a smaller card's on a larger one, or a
   // share of a GPU); 0: the whole card. Ignored on the CPU.
