@@ -103,8 +103,12 @@ TEST(Stem, AShiftedWeightIsCaught) {
 // float32 (TF32 off) and under fp16 and bf16 autocast (to their rounding).
 TEST(StemGpu, SpaceToDepthModelMatchesThePlainOne) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible to this process";
-  const bool tf32 = at::globalContext().allowTF32CuDNN();
-  at::globalContext().setAllowTF32CuDNN(false);
+  // TF32 off for this test, and back as it was however the test ends (an ASSERT returns early).
+  struct Tf32Off {
+    bool was = at::globalContext().allowTF32CuDNN();
+    Tf32Off() { at::globalContext().setAllowTF32CuDNN(false); }
+    ~Tf32Off() { at::globalContext().setAllowTF32CuDNN(was); }
+  } tf32_off;
   for (const auto dtype : {torch::kFloat32, torch::kFloat16, torch::kBFloat16}) {
     ResNetOptions options{18, 10, false};
     torch::manual_seed(5);
@@ -141,7 +145,6 @@ TEST(StemGpu, SpaceToDepthModelMatchesThePlainOne) {
     EXPECT_LE((b - a).abs().max().item<double>(), tolerance * a.abs().max().item<double>())
         << c10::toString(dtype);
   }
-  at::globalContext().setAllowTF32CuDNN(tf32);
 }
 
 }  // namespace
