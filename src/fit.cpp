@@ -168,34 +168,27 @@ class TrainingLoop {
                                 config_.ema_every_steps * config_.images_per_step());
   }
 
-  // This rank's part of a step of `step_images`: its micro-batches' forward and backward, as the
-  // source deals them out (Note [Fixed global batch]). The sum of their losses weighted by their
-  // images, and those images.
-  std::pair<at::Tensor, int64_t> accumulate_micro_batches(int64_t step_images) {
-    at::Tensor loss_sum = at::zeros({}, at::TensorOptions().device(trainer_.device()));
-    int64_t rows = 0;
-    for (int64_t taken = 0; taken < step_images;) {
-      const int64_t micro_images =
-          step_samples(samples_, at_.samples_in_epoch + taken, config_.images_per_micro_batch());
-      taken += micro_images;
-      const auto wait_start = Clock::now();
-      Batch batch = [&] {
-        const StepPhase phase("input wait");
-        return train_.next_batch();
-      }();
-      interval_.add_data_wait(
-          std::chrono::duration<double, std::milli>(Clock::now() - wait_start).count());
-      if (at_.samples_in_epoch == 0 && rows == 0)
-        write_preview(trainer_, batch, "input/train", at_.step, metrics_);
-      const int64_t micro_rows = batch.labels.size(0);
-      // This rank's images relative to an even share of the step (1 in a full step alone).
-      const double weight = static_cast<double>(micro_rows * config_.world_size) / step_images;
-      const at::Tensor loss = trainer_.accumulate(batch, weight, taken == step_images);
-      loss_sum += loss * static_cast<double>(micro_rows);
-      rows += micro_rows;
-      if (trace_) trace_->write(at_.epoch, at_.step, batch.ids);
-    }
-    return {loss_sum, rows};
+  // Micro-batches in a step of `step_images`: full ones, and the rest in a short last one.
+  int64_t micro_batches_in(int64_t step_images) const {
+    const int64_t micro = config_.images_per_micro_batch();
+    return (step_images + micro - 1) / micro;
+  }
+
+  // This rank's next micro-batch of the step, as the source deals them out (Note [Fixed global
+  // batch]), its wait timed; `rows` counts its images.
+  Batch next_micro_batch(int64_t& rows) {
+    const auto wait_start = Clock::now();
+    Batch batch = [&] {
+      const StepPhase phase("input wait");
+      return train_.next_batch();
+    }();
+    interval_.add_data_wait(
+        std::chrono::duration<double, std::milli>(Clock::now() - wait_start).count());
+    if (at_.samples_in_epoch == 0 && rows == 0)
+      write_preview(trainer_, batch, "input/train", at_.step, metrics_);
+    rows += batch.labels.size(0);
+    if (trace_) trace_->write(at_.epoch, at_.step, batch.ids);
+    return batch;
   }
 
   // One optimisation step and what follows it: logs, evaluation, checkpoint. False when a stop
@@ -204,10 +197,13 @@ class TrainingLoop {
     const int64_t epoch = at_.epoch, global = config_.images_per_step();
     const int64_t step_images = step_samples(samples_, at_.samples_in_epoch, global);
     const double lr = schedule_.at(epoch * samples_ + at_.samples_in_epoch, step_images);
-    trainer_.begin_step(lr);
-    const auto [loss_sum, rows] = accumulate_micro_batches(step_images);
-    trainer_.end_step(ema_copies(epoch * samples_ + at_.samples_in_epoch));
-    const at::Tensor loss = loss_sum / static_cast<double>(std::max<int64_t>(rows, 1));
+    StepInputs inputs;
+    inputs.lr = lr;
+    inputs.micro_batches = micro_batches_in(step_images);
+    inputs.step_images = step_images;
+    inputs.ema_copies = ema_copies(epoch * samples_ + at_.samples_in_epoch);
+    int64_t rows = 0;
+    const at::Tensor loss = trainer_.step(inputs, [&] { return next_micro_batch(rows); });
     interval_.add(loss, rows, step_images);
     if (++steps_this_run_ == 1) log_startup(trainer_, loss, at_.step + 1, metrics_);
     ++at_.step;

@@ -59,9 +59,9 @@ TrainerOptions trainer_options(const Config& c) {
   o.seed = c.seed;
   o.autocast_dtype = autocast_dtype(c.precision);
   o.channels_last = c.channels_last;
-  // The graph records a step of one micro-batch (Note [The step as a CUDA graph]); a benchmark's
-  // steps are one batch each, whatever global_batch says (run_benchmark).
-  o.cuda_graph = c.cuda_graph && (c.benchmark || c.micro_batches() == 1);
+  o.cuda_graph = c.cuda_graph;
+  // A benchmark's steps are one batch each, whatever global_batch says (run_benchmark).
+  o.micro_batches = c.benchmark ? 1 : c.micro_batches();
   o.model.stem_input_channels = c.stem_input_channels;
   o.model.stem_space_to_depth = c.stem_space_to_depth;
   o.model.fused_conv_batch_norm = c.fused_conv_batch_norm;

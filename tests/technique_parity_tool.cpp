@@ -75,7 +75,7 @@ void blurpool(const std::string& arch, const std::string& out_path) {
 }
 
 // The trainer's EMA over a given sequence of weights: after step s (1-based) the model holds
-// "<s>.*", then the EMA updates as Trainer::end_step does, copying where fit would.
+// "<s>.*", then the EMA updates as Trainer::step does, copying where fit would.
 void ema(const std::string& in_path, const std::string& out_path) {
   const auto in = read_dict(in_path);
   const at::Tensor p = tensor(in, "params").to(at::kDouble);

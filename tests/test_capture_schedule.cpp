@@ -132,16 +132,18 @@ Config recipe_on_a_p3_node(const std::string& recipe) {
 }
 
 TEST(Training, CudaGraphIsOnUnlessAStepAccumulatesMicroBatches) {
+  const c10::Device gpu(c10::kCUDA, 0);
   const Config dle = recipe_on_a_p3_node("dle-90-epochs.toml");
   ASSERT_EQ(dle.micro_batches(), 1);
-  EXPECT_TRUE(trainer_options(dle).cuda_graph);
+  EXPECT_TRUE(keeps_step_graph(trainer_options(dle), gpu));
+  EXPECT_FALSE(keeps_step_graph(trainer_options(dle), c10::kCPU));
   Config ffcv = recipe_on_a_p3_node("ffcv-16-epochs.toml");
   ASSERT_EQ(ffcv.micro_batches(), 2);
-  EXPECT_FALSE(trainer_options(ffcv).cuda_graph);
+  EXPECT_FALSE(keeps_step_graph(trainer_options(ffcv), gpu));
   ffcv.benchmark = true;
-  EXPECT_TRUE(trainer_options(ffcv).cuda_graph);
+  EXPECT_TRUE(keeps_step_graph(trainer_options(ffcv), gpu));
   ffcv.cuda_graph = false;
-  EXPECT_FALSE(trainer_options(ffcv).cuda_graph);
+  EXPECT_FALSE(keeps_step_graph(trainer_options(ffcv), gpu));
 }
 
 TEST(Training, CudaGraphGoesOnEveryRankWhenOneRankHasNoRoom) {

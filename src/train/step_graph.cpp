@@ -22,9 +22,10 @@ namespace trainer {
 // batch gives on many GPUs) the host launching them takes longer than the GPU running them. A
 // CUDA graph records the launches once and replays them with one call, as MLPerf's ResNet-50 and
 // PyTorch's whole-network capture do. What it records and what stays eager:
-// - Recorded: forward, loss, the scaled backward, the gradient buckets' copies and all-reduces
-//   (NCCL records into graphs), the gradients' unscaling and overflow check, the optimizer's
-//   fused update and the loss scale's, as MLPerf's step does. Host code in there runs only while
+// - Recorded: the eager step's own body (Trainer::step_body, Note [The training step]): forward,
+//   loss, the scaled backward, the gradient buckets' copies and all-reduces (NCCL records into
+//   graphs), the gradients' unscaling and overflow check, the optimizer's fused update and the
+//   loss scale's, as MLPerf's step does. Host code in there runs only while
 //   capturing: the gradient hooks, the buckets' bookkeeping, the optimizer's choice of
 //   parameters. The graph reads its inputs from static buffers, which each step fills, and the
 //   learning rate from a device tensor the step writes first (Optimizer::set_lr); the weights,
@@ -34,10 +35,10 @@ namespace trainer {
 //   learning rate's write, the EMA.
 // - Eager instead of it: every step of a shape seen fewer than `warmup_steps` times in a row (a
 //   short last step, the first steps at a new image size) and, with several ranks, every short
-//   step where the ranks' shares differ (Trainer::accumulate). With micro-batch accumulation the
-//   graph is off (trainer_options; a benchmark steps one batch at a time and keeps it): its steps
-//   would run eagerly beside a recording of the short step's one micro-batch, which no make_room
-//   sizes.
+//   step where the ranks' shares differ (Trainer::step_with_graph). With micro-batch
+//   accumulation the trainer keeps no graph (a benchmark steps one batch at a time and keeps it):
+//   its steps would run eagerly beside a recording of the short step's one micro-batch, which no
+//   make_room sizes.
 // - The host keeps within two steps of the device (Trainer::limit_lead, Note [The host's lead]).
 // Capture follows warm-up steps of the same shape, which leave cuDNN's autotuning cached and the
 // libraries' per-stream workspaces made, on a side stream as CUDA requires (never the default

@@ -6,9 +6,8 @@
 #include <spdlog/spdlog.h>
 #include <torch/utils.h>
 
-#include <chrono>
+#include <algorithm>
 
-#include "base/seed.h"
 #include "base/user_error.h"
 #include "data/transforms/device_input.h"
 #include "models/cuda/fused_batch_norm.h"
@@ -73,6 +72,12 @@ std::vector<at::Tensor> tensors_of(const Optimizer::NamedParameters& named) {
 
 }  // namespace
 
+bool keeps_step_graph(const TrainerOptions& options, c10::Device device) {
+  // The graph records a step of one micro-batch. With accumulation its steps would run eagerly
+  // beside a recording of the short step's one micro-batch, which no make_room sizes.
+  return device.is_cuda() && options.cuda_graph && options.micro_batches == 1;
+}
+
 Trainer::Trainer(const TrainerOptions& options, c10::Device device, ProcessGroup* group)
     : options_(options),
       device_(device),
@@ -106,7 +111,7 @@ Trainer::Trainer(const TrainerOptions& options, c10::Device device, ProcessGroup
     broadcast_from_rank0(model_->buffers(), *group_, "the broadcast of rank 0's BN statistics");
     reducer_ = std::make_unique<GradientReducer>(tensors_of(trained), *group_, options.reducer);
   }
-  if (device.is_cuda() && options.cuda_graph) {
+  if (keeps_step_graph(options, device)) {
     StepGraphOptions graph_options;
     if (group_ && group_->size() > 1)  // the ranks release their graphs together
       graph_options.any_rank = [group = group_](bool flag) {
@@ -132,146 +137,6 @@ void Trainer::set_training_mode() { model_->train(!options_.classifier_only); }
 
 at::Tensor Trainer::prepare_images(const at::Tensor& images) const {
   return normalize_images(images.to(device_, /*non_blocking=*/true), input_dtype_, memory_format_);
-}
-
-std::pair<at::Tensor, at::Tensor> Trainer::mix(const at::Tensor& images, const at::Tensor& labels) {
-  if (!mixing_.enabled()) return {images, labels};
-  // One draw per (step, micro-batch, rank): the same again when a run resumes at this step.
-  const int64_t rank = group_ ? group_->rank() : 0;
-  const uint64_t seed = mix_seed(mix_seed(options_.seed ^ 0x6D69787570ULL, step_),
-                                 static_cast<uint64_t>(micro_batch_ * options_.world_size + rank));
-  const MixDraw draw = draw_mix(mixing_, seed, images.size(2), images.size(3));
-  return apply_mix(draw, images, one_hot_targets(labels, options_.model.num_classes));
-}
-
-std::pair<at::Tensor, at::Tensor> Trainer::step_inputs(const Batch& batch) {
-  return mix(prepare_images(batch.images), batch.labels.to(device_, /*non_blocking=*/true));
-}
-
-at::Tensor Trainer::forward_backward(const at::Tensor& images, const at::Tensor& targets,
-                                     double loss_weight) {
-  at::Tensor loss;
-  {
-    const StepPhase phase("forward");
-    AutocastGuard autocast(device_.type(), autocast_dtype_);
-    at::Tensor logits = model_->forward(images);  // (N, classes)
-    loss = training_loss(logits.to(at::kFloat), targets, loss_);
-  }
-  const StepPhase phase("backward");  // the gradient all-reduce's buckets start inside it
-  const double weight = loss_weight * options_.grad_scale;
-  scaler_.scale(weight == 1.0 ? loss : loss * weight).backward();
-  return loss.detach();
-}
-
-at::Tensor Trainer::train_step(const Batch& batch, double lr, double loss_weight) {
-  begin_step(lr);
-  at::Tensor loss = accumulate(batch, loss_weight, /*last=*/true);
-  end_step();
-  return loss;
-}
-
-void Trainer::begin_step(double lr) {
-  step_host_start_ = std::chrono::steady_clock::now();
-  ++step_;
-  profiler_.before_step(step_);
-  step_phase_.emplace("step " + std::to_string(step_));
-  if (CollectiveWatch* watchdog = group_ ? group_->watchdog() : nullptr) watchdog->set_step(step_);
-  if (step_start_) step_start_->record();
-  if (reducer_) reducer_->prepare_step();
-  optimizer_->set_lr(lr);  // before the step's graph, which reads it
-  micro_batch_ = 0;
-  graphed_ = false;
-}
-
-at::Tensor Trainer::accumulate(const Batch& batch, double loss_weight, bool last) {
-  if (reducer_) reducer_->set_accumulating(!last);
-  const bool empty = batch.labels.size(0) == 0;
-  TORCH_INTERNAL_ASSERT(!empty || reducer_, "an empty batch only happens with several ranks");
-  // A step of one micro-batch may be the graph's when its weight is 1. With several ranks that is
-  // so on every rank or on none (a full step, or a short one dealt evenly): in the other short
-  // steps every rank runs eagerly here, and every rank, with images or not, takes part in
-  // make_room's decision, so that the ranks' graphs stay alike.
-  const bool with_graph = graph_ && micro_batch_ == 0 && last;
-  at::Tensor loss;
-  if (with_graph && loss_weight == 1.0 && !empty) {
-    loss = graphed_step(batch, loss_weight);
-  } else if (empty) {
-    if (with_graph) graph_->make_room(at::Tensor(), "an eager step");
-    loss = at::zeros({}, at::TensorOptions().device(device_));
-  } else {
-    const auto [images, targets] = step_inputs(batch);
-    if (with_graph) graph_->make_room(images, "an eager step");
-    loss = forward_backward(images, targets, loss_weight);
-  }
-  ++micro_batch_;
-  return loss;
-}
-
-at::Tensor Trainer::graphed_step(const Batch& batch, double loss_weight) {
-  const auto [images, targets] = step_inputs(batch);
-  const int64_t replays = graph_->replays();
-  at::Tensor loss = graph_->run(images, targets, loss_weight,
-                                [&](const at::Tensor& step_images, const at::Tensor& step_targets) {
-                                  at::Tensor mean =
-                                      forward_backward(step_images, step_targets, loss_weight);
-                                  if (reducer_) reducer_->finish_step();
-                                  update_weights();
-                                  return mean;
-                                });
-  graphed_ = true;
-  CollectiveWatch* watchdog = group_ ? group_->watchdog() : nullptr;
-  if (reducer_ && watchdog && graph_->replays() > replays)  // its all-reduces, in the replay
-    watchdog->watch_stream("the step's CUDA graph (forward, backward, gradient all-reduce, update)",
-                           c10::cuda::getCurrentCUDAStream(device_.index()));
-  return loss;
-}
-
-void Trainer::update_weights() {
-  // Averaged gradients: every rank unscales the same values, finds the same overflow and skips
-  // the same steps, so the replicas never diverge.
-  const StepPhase phase("optimizer");
-  scaler_.unscale_(optimizer_->grads());
-  optimizer_->step(scaler_.found_inf());
-  scaler_.update();
-}
-
-void Trainer::end_step(bool ema_copies) {
-  if (step_backward_done_) step_backward_done_->record();
-  last_step_host_ms_ =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_host_start_)
-          .count();
-  if (!graphed_) {
-    if (reducer_) {
-      const StepPhase phase("gradient all-reduce");
-      reducer_->finish_step();
-    }
-    update_weights();
-  }
-  optimizer_->zero_grad();
-  if (ema_) {
-    const StepPhase phase("EMA");
-    ema_->update(step_, ema_copies);
-  }
-  if (graph_) limit_lead();
-  step_phase_.reset();
-  profiler_.after_step(step_);
-}
-
-// Note [The host's lead]
-// Eagerly a step is some 600 launches, and CUDA's launch queue keeps the host within about two
-// steps of the device. Replaying a graph, a step is a few dozen, and the host could run some 30
-// steps ahead: each holding its batch in pinned memory until its copy runs (38 MB at 256 images
-// of 224 px), and a stop's checkpoint waiting for all of them on the device (on a V100, 0.2-0.3 s
-// a step: seconds of the launcher's 20 s grace). So the host waits for the step kStepsAhead back
-// to end: work queued long before, while the device has the steps since to run.
-void Trainer::limit_lead() {
-  constexpr size_t kStepsAhead = 2;
-  // Blocking: the host thread sleeps rather than spin a core the decoders could use.
-  steps_on_device_.emplace_back(cudaEventDisableTiming | cudaEventBlockingSync);
-  steps_on_device_.back().record(c10::cuda::getCurrentCUDAStream(device_.index()));
-  if (steps_on_device_.size() <= kStepsAhead) return;
-  steps_on_device_.front().synchronize();
-  steps_on_device_.pop_front();
 }
 
 EvalResult Trainer::evaluate(BatchSource& source, bool ema, bool per_class) {

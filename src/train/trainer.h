@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,6 +53,7 @@ struct TrainerOptions {
   std::optional<at::ScalarType> autocast_dtype;  // kHalf / kBFloat16: mixed precision; none: fp32
   bool channels_last = true;                     // NHWC weights and activations (GPU only)
   bool cuda_graph = false;  // the step as a CUDA graph on the GPU (Note [The step as a CUDA graph])
+  int64_t micro_batches = 1;     // per step and rank, as configured (a short step may have fewer)
   bool classifier_only = false;  // a linear probe: only fc trains, the rest (BN too) stays frozen
   OptimizerOptions optimizer;
   ReducerOptions reducer;  // with a launched group
@@ -72,6 +74,23 @@ struct TrainerOptions {
   ProfileOptions profile;       // a trace of some steps (profile_steps); off by default
 };
 
+// Whether a trainer on `device` keeps its step as a CUDA graph: with cuda_graph, on the GPU, when a
+// step is one micro-batch per rank.
+bool keeps_step_graph(const TrainerOptions& options, c10::Device device);
+
+// What a training step takes besides its batches.
+struct StepInputs {
+  double lr = 0;
+  int64_t micro_batches = 1;  // this rank's batches in the step (Note [Fixed global batch])
+  // The step's images over all ranks. Each micro-batch's loss is weighted by its images times the
+  // world size over these, so that a short step (an epoch's last, dealt unevenly, a share possibly
+  // empty; Note [Elastic epoch order]) averages its gradient over its images. 0: every
+  // micro-batch of every rank is a full one, of weight 1.
+  int64_t step_images = 0;
+  bool ema_copies = false;  // the step's EMA update, if any, copies the weights (Note [EMA warmup
+                            // reset])
+};
+
 class Trainer {
  public:
   // Builds the model (seeded by options.seed) on `device`. With a `group` launched by mpirun
@@ -79,24 +98,14 @@ class Trainer {
   // rank 0 and gradients are averaged over the ranks.
   Trainer(const TrainerOptions& options, c10::Device device, ProcessGroup* group = nullptr);
 
-  // One optimisation step on `batch` at learning rate `lr`. Returns the batch's mean loss, a
-  // 0-dim float device tensor (0 for an empty batch). In fp16, a step with overflowing gradients
-  // changes no weights. `loss_weight` scales this rank's loss in the average over ranks: the
-  // rank's share of the step's images times the world size (1 when every rank has a full batch;
-  // Note [Elastic epoch order]). An empty batch, a rank's share of a short last step, only takes
-  // part in the gradient average (contributing zeros) and the update.
-  at::Tensor train_step(const Batch& batch, double lr, double loss_weight = 1.0);
-
-  // The same step over several batches (micro-batches) of this rank: begin_step at learning rate
-  // `lr`, then accumulate each (gradients summed, averaged over ranks once, after the `last`
-  // one's backward), then end_step's one update (made by accumulate already when the step is a
-  // CUDA graph's). `loss_weight` as in train_step, per micro-batch: its images times the world
-  // size over the step's images. accumulate returns the micro-batch's mean loss (0 when empty).
-  void begin_step(double lr);
-  at::Tensor accumulate(const Batch& batch, double loss_weight, bool last);
-  // `ema_copies`: the EMA update of this step, if any, copies the weights (Note [EMA warmup
-  // reset]).
-  void end_step(bool ema_copies = false);
+  // One optimisation step (Note [The training step]): this rank's `inputs.micro_batches`
+  // batches, each taken from `next_batch` when the step gets to it, forward and backward; their
+  // gradients averaged over the ranks once, after the last one's backward; one update at
+  // `inputs.lr`. Returns the mean loss over this rank's images, a 0-dim float device tensor (0
+  // when it had none). In fp16, a step with overflowing gradients changes no weights.
+  at::Tensor step(const StepInputs& inputs, const std::function<Batch()>& next_batch);
+  // A step of one batch (benchmarks, tests).
+  at::Tensor train_step(const Batch& batch, double lr, int64_t step_images = 0);
 
   // Top-1/top-5 over every batch of one epoch of `source`, in eval mode (BN running statistics).
   // With a group: each rank evaluates its shard and the counts are summed over ranks. `ema`:
@@ -138,23 +147,42 @@ class Trainer {
   at::Tensor prepare_images(const at::Tensor& images) const;
 
  private:
-  // Forward and scaled backward of a non-empty batch's step_inputs; returns its mean loss
-  // (detached).
-  at::Tensor forward_backward(const at::Tensor& images, const at::Tensor& targets,
-                              double loss_weight);
-  // A step of one micro-batch through graph_: forward, backward, the gradient all-reduce and the
-  // update.
-  at::Tensor graphed_step(const Batch& batch, double loss_weight);
+  // One micro-batch on the device as the step takes it: images (N, 3, H, W), prepared and mixed,
+  // and targets, (N) class indices or (N, classes) probabilities when mixed; both undefined for
+  // an empty share. `weight` as StepInputs::step_images says.
+  struct MicroBatch {
+    at::Tensor images, targets;
+    int64_t rows = 0;
+    double weight = 1.0;
+  };
+  using NextMicroBatch = std::function<MicroBatch()>;
+
+  // The step's bookkeeping before and after its work: counters, timers, the profiler, the
+  // learning rate; then the gradients' release, the EMA and the host's lead.
+  void begin_step(double lr);
+  void end_step(bool ema_copies);
+  // The step's work from its device inputs to the update, eager or as the CUDA graph records it:
+  // `micro_batches` from `next`, each forward and backward, the gradient average, the update.
+  // Returns the sum of the micro-batches' mean losses weighted by their rows.
+  at::Tensor step_body(int64_t micro_batches, const NextMicroBatch& next);
+  // The step of one micro-batch when a CUDA graph is kept: replayed (recorded first when due), or
+  // run by step_body beside it.
+  at::Tensor step_with_graph(const NextMicroBatch& next);
+  // `batch` on the device, mixed as micro-batch `index` of this step.
+  MicroBatch on_device(const Batch& batch, int64_t index, int64_t step_images);
+  // Forward and scaled backward of a non-empty micro-batch; returns its mean loss (detached).
+  at::Tensor forward_backward(const MicroBatch& micro);
+  // The end of this rank's backward, for last_step_compute_ms; not while a graph records.
+  void mark_backward_done();
   // The update from the averaged gradients: unscaled, the optimizer's step (skipped on the device
   // when they overflowed) and the loss scale's.
   void update_weights();
   // Waits for the step kStepsAhead back to end on the device (Note [The host's lead]).
   void limit_lead();
-  // The batch's images and targets after MixUp or CutMix (class indices when both are off).
-  std::pair<at::Tensor, at::Tensor> mix(const at::Tensor& images, const at::Tensor& labels);
-  // The batch on the device as the step takes it: (N, 3, H, W) images, prepared and mixed, and
-  // targets, (N) class indices or (N, classes) probabilities when mixed.
-  std::pair<at::Tensor, at::Tensor> step_inputs(const Batch& batch);
+  // The batch's images and targets after MixUp or CutMix (class indices when both are off), drawn
+  // for micro-batch `index` of this step.
+  std::pair<at::Tensor, at::Tensor> mix(const at::Tensor& images, const at::Tensor& labels,
+                                        int64_t index);
   // Training mode for the layers that train: a linear probe keeps the frozen layers' batch norm
   // on its running statistics.
   void set_training_mode();
@@ -173,9 +201,7 @@ class Trainer {
   LossScaler scaler_;
   LossOptions loss_;
   MixingOptions mixing_;
-  int64_t micro_batch_ = 0;           // micro-batches of this step so far (the mixing draw)
-  std::unique_ptr<StepGraph> graph_;  // with cuda_graph on the GPU
-  bool graphed_ = false;              // this step's all-reduce and update ran in graph_
+  std::unique_ptr<StepGraph> graph_;  // with cuda_graph on the GPU, steps of one micro-batch
   std::deque<at::cuda::CUDAEvent> steps_on_device_;  // the last steps' ends (limit_lead)
   std::unique_ptr<WeightAverage> ema_;               // with ema_decay or ema_half_life_images set
   // Start of forward / end of backward of the last step: compute time per rank, for stragglers.
