@@ -134,7 +134,7 @@ def suite_files():
 
 # Two test files are still over the rule, each held at its length until it is split: the chaos
 # test's scenario runner and the EKS scripts' recorded answers.
-LONG_TESTS = {"tests/test_chaos.py": 1158, "tests/deploy/test_eks_scripts.py": 757}
+LONG_TESTS = {"tests/test_chaos.py": 1158, "tests/deploy/test_eks_scripts.py": 696}
 
 
 def test_no_test_file_is_over_400_lines():
