@@ -10,6 +10,7 @@
 # Exit 0 when every check passes, 1 when one fails (each failure on its own line, with a HINT).
 # Usage: AWS_REGION=... [AZ=...] [EKS_VERSION=...] scripts/eks-preflight.sh
 #   P3_NODES, P3DN_NODES   GPU nodes of the first launch (default 2 and 0: docs/eks.md's cluster)
+#   P4D_NODES, P5_NODES    p4d.24xlarge and p5.48xlarge nodes beside them (default 0)
 #   SCALE_OUT_NODES        p3.16xlarge nodes after the scale-out step (default 20)
 #   INSTANCE_TYPES         the types AZ must offer (default: p3.16xlarge p3dn.24xlarge)
 # AWS, EKSCTL, KUBECTL, HELM and DOCKER name the tools (default: their names, on PATH).
@@ -18,6 +19,8 @@ set -uo pipefail
 aws=${AWS:-aws}
 p3_nodes=${P3_NODES:-2}
 p3dn_nodes=${P3DN_NODES:-0}
+p4d_nodes=${P4D_NODES:-0}
+p5_nodes=${P5_NODES:-0}
 scale_out_nodes=${SCALE_OUT_NODES:-20}
 read -r -a instance_types <<<"${INSTANCE_TYPES:-p3.16xlarge p3dn.24xlarge}"
 failed=0
@@ -60,8 +63,13 @@ if ! account=$("$aws" sts get-caller-identity --query Account --output text); th
 fi
 ok "account $account, region $AWS_REGION"
 
-first=$((p3_nodes * 64 + p3dn_nodes * 96))     # vCPUs: p3.16xlarge 64, p3dn.24xlarge 96
-scale_out=$((scale_out_nodes * 64 + p3dn_nodes * 96))
+# The quota counts vCPUs: p3.16xlarge 64, p3dn.24xlarge 96, p4d.24xlarge 96, p5.48xlarge 192.
+others=$((p3dn_nodes * 96 + p4d_nodes * 96 + p5_nodes * 192))
+first=$((p3_nodes * 64 + others))
+scale_out=$((scale_out_nodes * 64 + others))
+launch="$p3_nodes p3.16xlarge x 64 + $p3dn_nodes p3dn.24xlarge x 96"
+if [ "$p4d_nodes" -gt 0 ]; then launch+=" + $p4d_nodes p4d.24xlarge x 96"; fi
+if [ "$p5_nodes" -gt 0 ]; then launch+=" + $p5_nodes p5.48xlarge x 192"; fi
 quota=$("$aws" service-quotas get-service-quota --service-code ec2 --quota-code L-417A185B \
   --region "$AWS_REGION" --query Quota.Value --output text) || quota=""
 quota=${quota%.*}
@@ -72,7 +80,7 @@ if ! [[ "$quota" =~ ^[0-9]+$ ]]; then
     "caller needs servicequotas:GetServiceQuota"
 elif [ "$quota" -lt "$first" ]; then
   fail "'Running On-Demand P instances' allows $quota vCPUs; the first launch needs $first" \
-    "($p3_nodes p3.16xlarge x 64 + $p3dn_nodes p3dn.24xlarge x 96). HINT: $increase $scale_out"
+    "($launch). HINT: $increase $scale_out"
 elif [ "$quota" -lt "$scale_out" ]; then
   ok "'Running On-Demand P instances' allows $quota vCPUs: enough for the first launch ($first)"
   echo "note: the scale-out step ($scale_out_nodes p3.16xlarge) needs $scale_out vCPUs." \

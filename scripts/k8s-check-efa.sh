@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Says whether NCCL really uses EFA in a running P3dn job, from its log so far
+# Says whether NCCL really uses EFA in a running P3dn, P4d or P5 job, from its log so far
 # (scripts/k8s-logs.sh TARGET --once): exit 0 when aws-ofi-nccl selected the efa provider, 1
 # otherwise, naming what it found instead. Without EFA NCCL falls back to TCP sockets with no
 # error, only slower (aws-ofi-nccl's src/platform-aws.cpp); the plugin can also select efa and
 # then give it up (v1.21 does with a libfabric older than 1.22), after which NCCL logs "Using
 # network Socket". Older releases of the plugin log "Selected Provider is efa", newer ones
 # "Selected provider is efa, fabric is ...", so the match ignores case; the line appears once
-# NCCL has started (the first collective) with NCCL_DEBUG=INFO, which the p3dn targets set.
-# Usage: scripts/k8s-check-efa.sh [TARGET]   (default: p3dn.24xlarge; or pytorchjob-p3dn.24xlarge)
+# NCCL has started (the first collective) with NCCL_DEBUG=INFO, which the EFA targets set.
+# Usage: scripts/k8s-check-efa.sh [TARGET]   (default: p3dn.24xlarge; or p4d.24xlarge,
+#        p5.48xlarge, pytorchjob-...)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 target=${1:-p3dn.24xlarge}

@@ -8,9 +8,10 @@
 # Usage: scripts/k8s-render.sh TARGET [--image IMAGE] [--config NAME|FILE] [--workers N] [--slots N]
 #                                      [--min-workers N] [--max-workers N]
 #        scripts/k8s-render.sh --list   (the targets, one a line)
-#   TARGET      p3.16xlarge | p3dn.24xlarge   multi-node MPIJob (k8s/overlays/TARGET)
-#               pytorchjob-p3.16xlarge | pytorchjob-p3dn.24xlarge
-#                                             elastic PyTorchJob, torchrun (k8s/pytorchjob/...)
+#   TARGET      p3.16xlarge | p3dn.24xlarge | p4d.24xlarge | p5.48xlarge
+#                                             multi-node MPIJob (k8s/overlays/TARGET)
+#               pytorchjob-p3.16xlarge | pytorchjob-p3dn.24xlarge | pytorchjob-p4d.24xlarge |
+#               pytorchjob-p5.48xlarge        elastic PyTorchJob, torchrun (k8s/pytorchjob/...)
 #               one-node | smoke | stage-data batch/v1 Jobs (k8s/jobs/TARGET)
 #               tensorboard                   TensorBoard over /fsx/runs (k8s/tensorboard)
 #               fsx                           a new file system: StorageClass + PVC (k8s/fsx); reads
@@ -31,10 +32,11 @@
 # KUBECTL names the kubectl to use (default: kubectl); KUBECTL=kustomize uses a standalone kustomize.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-usage() { sed -n '8,31p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '8,32p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 # Every target; the tests render and check each one (tests/deploy), so a new one is checked too.
-targets=(p3.16xlarge p3dn.24xlarge pytorchjob-p3.16xlarge pytorchjob-p3dn.24xlarge one-node smoke
-  stage-data tensorboard fsx fsx-existing)
+mpijobs=(p3.16xlarge p3dn.24xlarge p4d.24xlarge p5.48xlarge)
+targets=("${mpijobs[@]}" "${mpijobs[@]/#/pytorchjob-}" one-node smoke stage-data tensorboard fsx
+  fsx-existing)
 
 target=${1:-}
 if [ -z "$target" ] || [ "$target" = --help ]; then usage; fi
@@ -59,8 +61,9 @@ while [ $# -gt 0 ]; do
 done
 
 case "$target" in
-  p3.16xlarge | p3dn.24xlarge) dir=k8s/overlays/$target ;;
-  pytorchjob-p3.16xlarge | pytorchjob-p3dn.24xlarge) dir=k8s/pytorchjob/${target#pytorchjob-} ;;
+  p3.16xlarge | p3dn.24xlarge | p4d.24xlarge | p5.48xlarge) dir=k8s/overlays/$target ;;
+  pytorchjob-p3.16xlarge | pytorchjob-p3dn.24xlarge | pytorchjob-p4d.24xlarge | \
+    pytorchjob-p5.48xlarge) dir=k8s/pytorchjob/${target#pytorchjob-} ;;
   one-node | smoke | stage-data) dir=k8s/jobs/$target ;;
   tensorboard | fsx | fsx-existing) dir=k8s/$target ;;
   *) echo "k8s-render: unknown target '$target'" >&2; usage ;;
@@ -73,7 +76,7 @@ for option in workers slots min_workers max_workers; do
   fi
 done
 multi_node=""
-if [[ "$target" == p3* || "$target" == pytorchjob-* ]]; then multi_node=1; fi
+if [[ "$dir" == k8s/overlays/* || "$dir" == k8s/pytorchjob/* ]]; then multi_node=1; fi
 if [ -n "$workers" ] && [ -z "$multi_node" ]; then
   echo "k8s-render: --workers applies to the MPIJob and PyTorchJob targets only" >&2
   exit 2
@@ -187,7 +190,7 @@ EOF
 fi
 
 gpus=/resources/limits/nvidia.com~1gpu
-if [[ "$target" == p3* ]] && [ -n "$workers$slots" ]; then
+if [[ "$dir" == k8s/overlays/* ]] && [ -n "$workers$slots" ]; then
   # -np must equal workers x slotsPerWorker: what is not given comes from the target as rendered.
   rendered=$(kustomize_build "$out")
   [ -n "$workers" ] || workers=$(mpijob_workers)
@@ -276,7 +279,7 @@ rendered=$(kustomize_build "$out")
 plan_world_sizes() {
   local per_pod
   case "$target" in
-    p3*) echo $(($(mpijob_workers) * $(mpijob_slots))) ;;
+    p[0-9]*) echo $(($(mpijob_workers) * $(mpijob_slots))) ;;
     pytorchjob-*)
       per_pod=$(rendered_value nprocPerNode)
       printf '%s\n' $(($(rendered_value minReplicas) * per_pod)) \

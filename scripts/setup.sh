@@ -23,7 +23,7 @@ TORCH_INDEX_URL=${TORCH_INDEX_URL:-}
 # The tests' tools: Dockerfile lint, kubectl (kustomize), Kubernetes and CRD schema validation.
 # tensorflow-cpu: the TFRecord tests write records with TensorFlow itself; bench-input's peer.
 # tensorboard: its own loader reads the trainer's event files in the tests.
-# jmespath: the aws CLI's --query language, run on recorded AWS answers (test_eks_scripts.py).
+# jmespath: the aws CLI's --query language, run on recorded AWS answers (tests/deploy/eks_fakes.py).
 # onnx, onnxscript: scripts/export.py's ONNX export; onnxruntime runs the exported model in tests.
 # scipy: its MATLAB writer makes the ImageNet devkit's meta.mat, torchvision's ImageNet reads it.
 # pytest 7.3 or later: tests/pytest.ini removes a passing test's files (tmp_path_retention_policy).

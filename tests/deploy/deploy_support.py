@@ -28,8 +28,11 @@ PYTORCHJOB_CRD = ROOT.parent / "shared" / "k8s" / "pytorchjob-crd-v1.9.0.yaml"
 # and the ones that run MPIJobs and elastic PyTorchJobs.
 TARGETS = subprocess.run([str(ROOT / "scripts" / "k8s-render.sh"), "--list"], capture_output=True,
                          text=True, check=True).stdout.split()
-MPIJOB_TARGETS = ["p3.16xlarge", "p3dn.24xlarge"]
-PYTORCHJOB_TARGETS = ["pytorchjob-p3.16xlarge", "pytorchjob-p3dn.24xlarge"]
+MPIJOB_TARGETS = ["p3.16xlarge", "p3dn.24xlarge", "p4d.24xlarge", "p5.48xlarge"]
+PYTORCHJOB_TARGETS = ["pytorchjob-" + target for target in MPIJOB_TARGETS]
+# The EFA interfaces of each node type, one per network card, which its pods request whole (the
+# EFA device plugin advertises that many: 4 on p4d.24xlarge, 32 on p5.48xlarge).
+EFA_INTERFACES = {"p3.16xlarge": 0, "p3dn.24xlarge": 1, "p4d.24xlarge": 4, "p5.48xlarge": 32}
 
 
 def job_kind(target):

@@ -9,20 +9,22 @@ import pytest
 
 yaml = pytest.importorskip("yaml", reason="pyyaml is missing: run scripts/setup.sh")
 # kubectl, render and rendered are fixtures.
-from deploy_support import (MPIJOB_TARGETS, PYTORCHJOB_TARGETS, ROOT,  # noqa: E402,F401
+from deploy_support import (EFA_INTERFACES, MPIJOB_TARGETS, PYTORCHJOB_TARGETS, ROOT,  # noqa: E402,F401
                             containers, executables, job_kind, kubectl, read_config, render,
                             rendered)
 
 BIN = "/opt/resnet-trainer/bin/"
 # The targets that run the trainer, and the kustomization that names each one's config.
-TRAINING = {"p3.16xlarge": "k8s/overlays/p3.16xlarge", "p3dn.24xlarge": "k8s/overlays/p3dn.24xlarge",
-            "pytorchjob-p3.16xlarge": "k8s/pytorchjob/p3.16xlarge",
-            "pytorchjob-p3dn.24xlarge": "k8s/pytorchjob/p3dn.24xlarge",
+TRAINING = {**{target: f"k8s/overlays/{target}" for target in MPIJOB_TARGETS},
+            **{target: f"k8s/pytorchjob/{target.split('-', 1)[1]}" for target in PYTORCHJOB_TARGETS},
             "one-node": "k8s/jobs/one-node", "smoke": "k8s/jobs/smoke"}
 # Variables the seeds' launch lines set, per instance type (AWS's P3 and P3dn posts).
 NETWORK = {
     "p3.16xlarge": ["NCCL_SOCKET_IFNAME=eth0", "NCCL_NSOCKS_PERTHREAD=4", "NCCL_SOCKET_NTHREADS=4"],
     "p3dn.24xlarge": ["FI_PROVIDER=efa", "FI_EFA_TX_MIN_CREDITS=64", "NCCL_SOCKET_IFNAME=eth0"],
+    # aws-ofi-nccl v1.21's doc/efa-env-var.md: the plugin sets the rest itself on p4d and p5.
+    "p4d.24xlarge": ["FI_PROVIDER=efa", "NCCL_SOCKET_IFNAME=eth0", "FI_EFA_USE_HUGE_PAGE=0"],
+    "p5.48xlarge": ["FI_PROVIDER=efa", "NCCL_SOCKET_IFNAME=eth0", "FI_EFA_USE_HUGE_PAGE=0"],
 }
 
 
@@ -128,7 +130,7 @@ def test_network_settings_of_the_instance_type(target, rendered):
     assert "LD_LIBRARY_PATH" in exported  # the EFA plugin's folder reaches the ranks
     worker = spec["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     efa = int(worker["resources"]["limits"].get("vpc.amazonaws.com/efa", 0))
-    assert (efa >= 1) == (target == "p3dn.24xlarge")
+    assert efa == EFA_INTERFACES[target]
     if target == "p3.16xlarge":
         assert not any(a.startswith("FI_") for a in exported)
 

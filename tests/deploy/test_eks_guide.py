@@ -29,13 +29,71 @@ def test_every_command_block_of_the_guide_parses_and_names_scripts_that_exist():
 AMI_RELEASE = "1.35.2-20260714"  # what the guide's SSM query would return, for the heredoc
 
 
-def guide_cluster():
-    """The eksctl ClusterConfig the guide writes (its heredoc, variables as a user would set)."""
+# The variables as a user would set them, for the guide's heredocs.
+VALUES = {"CLUSTER": "resnet", "AWS_REGION": "us-west-2", "EKS_VERSION": "1.35", "AZ": "us-west-2b",
+          "AZ2": "us-west-2c", "AMI_RELEASE": AMI_RELEASE, "RESERVATION_ID": "cr-0123456789abcdef0"}
+HEREDOC = re.compile(r"cat > ([\w.-]+\.yaml) <<EOF\n(.*?)\nEOF", re.S)
+
+
+def guide_configs():
+    """Every eksctl ClusterConfig the guide writes, in order: (file, where it starts, config)."""
     yaml = pytest.importorskip("yaml")
-    heredoc = re.search(r"cat > cluster\.yaml <<EOF\n(.*?)\nEOF", GUIDE.read_text(), re.S).group(1)
-    values = {"CLUSTER": "resnet", "AWS_REGION": "us-west-2", "EKS_VERSION": "1.35",
-              "AZ": "us-west-2b", "AZ2": "us-west-2c", "AMI_RELEASE": AMI_RELEASE}
-    return yaml.safe_load(re.sub(r"\$\{?(\w+)\}?", lambda m: values[m.group(1)], heredoc))
+    out = []
+    for match in HEREDOC.finditer(GUIDE.read_text()):
+        text = re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: VALUES[m.group(1) or m.group(2)],
+                      match.group(2))
+        config = yaml.safe_load(text)
+        if config.get("kind") == "ClusterConfig":
+            out.append((match.group(1), match.start(), config))
+    return out
+
+
+def guide_cluster():
+    """The eksctl ClusterConfig that makes the cluster (cluster.yaml)."""
+    return next(config for name, _, config in guide_configs() if name == "cluster.yaml")
+
+
+def eksctl_refuses(group):
+    """What eksctl's validation (pkg/apis/eksctl.io/v1alpha5/validation.go, v0.230) refuses in a
+    node group, among the rules the guide's groups come near."""
+    problems = []
+    if group.get("efaEnabled") and len(group.get("availabilityZones", [])) != 1:
+        problems.append("efaEnabled nodegroups must have only one subnet or one availability zone")
+    if "ami" in group and "releaseVersion" in group:
+        problems.append("releaseVersion is not supported with a custom AMI")
+    market = group.get("instanceMarketOptions")
+    if market and market.get("marketType") != "capacity-block":
+        problems.append('instanceMarketOptions.marketType: only accepted value is "capacity-block"')
+    if market and "capacityReservation" not in group:
+        problems.append("instanceMarketOptions cannot be set without capacityReservation")
+    reservation = group.get("capacityReservation", {})
+    if "capacityReservationPreference" in reservation and "capacityReservationTarget" in reservation:
+        problems.append("capacityReservationPreference and capacityReservationTarget together")
+    return problems
+
+
+def test_every_node_group_of_the_guide_passes_eksctls_rules():
+    groups = [(name, g) for name, _, config in guide_configs()
+              for g in config.get("managedNodeGroups", []) + config.get("nodeGroups", [])]
+    assert len(groups) >= 4
+    assert [(name, g["name"], p) for name, g in groups for p in eksctl_refuses(g)] == []
+
+
+def test_the_p4d_and_p5_node_group_takes_its_reservation_on_private_subnets_with_every_efa_card():
+    # Several network cards: no public IPv4 address (private subnets), an EFA interface on each
+    # (efaEnabled), in the reservation's one zone; the AMI release pinned as the cluster's GPU
+    # nodes', and the group in the same cluster.
+    (name, _, config), = [c for c in guide_configs() if c[0] != "cluster.yaml"]
+    assert config["metadata"] == {"name": VALUES["CLUSTER"], "region": VALUES["AWS_REGION"]}
+    (group,) = config["managedNodeGroups"]
+    assert group["instanceType"] in ("p4d.24xlarge", "p5.48xlarge")
+    assert group["privateNetworking"] and group["efaEnabled"]
+    assert group["availabilityZones"] == [VALUES["AZ"]]
+    assert group["releaseVersion"] == AMI_RELEASE
+    target = group["capacityReservation"]["capacityReservationTarget"]
+    assert target == {"capacityReservationID": VALUES["RESERVATION_ID"]}
+    text = GUIDE.read_text()
+    assert f"eksctl create nodegroup --config-file {name}" in text
 
 
 def test_the_cluster_config_installs_the_pod_identity_agent():
@@ -63,10 +121,11 @@ def test_the_gpu_node_groups_run_one_pinned_nvidia_ami_release():
 def test_every_node_group_a_launch_needs_has_nodes_by_then(rendered):
     # No autoscaler is installed: a pod that selects an instance type runs only if that type's
     # node group was created with nodes, or scaled up by an earlier step of the guide.
-    groups = {g["instanceType"]: g for g in guide_cluster()["managedNodeGroups"]}
     text = GUIDE.read_text()
     for match in re.finditer(r"scripts/k8s-apply\.sh ([\w.-]+)", text):
         target = match.group(1)
+        groups = {g["instanceType"]: g for _, start, config in guide_configs()
+                  if start < match.start() for g in config["managedNodeGroups"]}
         for doc in rendered(target):
             for _, _, pod in pod_templates(doc):
                 wanted = pod.get("nodeSelector", {}).get("node.kubernetes.io/instance-type")

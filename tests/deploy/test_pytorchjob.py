@@ -20,7 +20,8 @@ import pytest
 
 yaml = pytest.importorskip("yaml", reason="pyyaml is missing: run scripts/setup.sh")
 # kubectl, render and rendered are fixtures.
-from deploy_support import (MPIJOB_TARGETS, PYTORCHJOB_CRD, PYTORCHJOB_TARGETS,  # noqa: E402,F401
+from deploy_support import (EFA_INTERFACES, MPIJOB_TARGETS, PYTORCHJOB_CRD,  # noqa: E402,F401
+                            PYTORCHJOB_TARGETS,
                             ROOT, build_dir, crd_validator, kubectl, render,
                             rendered)
 from conftest import kill_tree  # noqa: E402
@@ -100,7 +101,7 @@ def test_network_settings_match_the_mpijob_of_the_instance_type(target, rendered
     exported = {args[i + 1] for i, a in enumerate(args) if a == "-x" and "=" in args[i + 1]}
     assert exported and env == exported
     efa = int(container["resources"]["limits"].get("vpc.amazonaws.com/efa", 0))
-    assert (efa == 1) == (target == "pytorchjob-p3dn.24xlarge")
+    assert efa == EFA_INTERFACES[target.split("-", 1)[1]]
 
 
 def test_the_renderer_resizes_within_the_elastic_bounds(render):
