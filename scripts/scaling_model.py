@@ -21,6 +21,7 @@ or its 1/nodes share, fits a P3's 488 GB of memory).
   python3 scripts/scaling_model.py                      # the table in docs/BENCHMARKS.md
   python3 scripts/scaling_model.py --gpu-images-per-s 1300 --bucket-mb 64
   python3 scripts/scaling_model.py --input --gpu-images-per-s 1300   # docs/eks.md's sizing table
+  python3 scripts/scaling_model.py --input --gpu H100 --gpu-images-per-s 5900   # its P5 table
 """
 import math
 import argparse
@@ -120,7 +121,7 @@ def input_table(args):
     factor: readahead past its records), and its page cache serves every later epoch."""
     dataset_gb = IMAGENET_TRAIN_IMAGES * args.image_kb * 1e3 / 1e9
     shipped_gbs = SCRATCH2_TIB * SCRATCH2_MBPS_PER_TIB[0] / 1e3
-    print(f"One V100 {args.gpu_images_per_s:.0f} images/s; {args.image_kb:g} KB per JPEG "
+    print(f"One {args.gpu} {args.gpu_images_per_s:.0f} images/s; {args.image_kb:g} KB per JPEG "
           f"({dataset_gb:.0f} GB in {IMAGENET_TRAIN_IMAGES:,} images); {args.epochs} epochs; "
           f"epoch_order = by_node, {args.read_factor:g}x the node's share read in the first "
           f"epoch; the shipped {SCRATCH2_TIB} TiB SCRATCH_2 gives {shipped_gbs:.2f} GB/s\n")
@@ -144,6 +145,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--gpu-images-per-s", type=float, default=1200.0,
                    help="one V100, mixed precision, batch 256 (NVIDIA DLE PyTorch AMP: 1,200)")
+    p.add_argument("--gpu", default="V100", help="the GPU --gpu-images-per-s is of (--input's "
+                   "table names it)")
     p.add_argument("--batch", type=int, default=256, help="images per GPU")
     p.add_argument("--backward-fraction", type=float, default=2 / 3,
                    help="share of the step spent in backward")

@@ -26,6 +26,16 @@ def test_every_command_block_of_the_guide_parses_and_names_scripts_that_exist():
         assert os.access(ROOT / script, os.X_OK), f"docs/eks.md names {script}, not an executable"
 
 
+def test_every_chart_and_manifest_the_guide_installs_is_pinned():
+    # A release chosen and read (aws/eks-charts' aws-efa-k8s-device-plugin v0.5.30 lists p3dn,
+    # p4d and p5 among the instance types it runs on), not whatever is newest on the day.
+    text = "\n".join(guide_blocks())
+    installs = re.findall(r"^helm (?:install|upgrade)[^\n]*", text, re.M)
+    assert installs and all(re.search(r"--version v?\d+\.\d+\.\d+", i) for i in installs), installs
+    urls = re.findall(r"https://raw\.githubusercontent\.com/\S+", text)
+    assert urls and all(re.search(r"/v\d+\.\d+\.\d+/", u) for u in urls), urls
+
+
 AMI_RELEASE = "1.35.2-20260714"  # what the guide's SSM query would return, for the heredoc
 
 
