@@ -11,6 +11,7 @@
 #include "base/user_error.h"
 #include "models/cuda/fused_batch_norm.h"
 #include "models/cuda/max_pool.h"
+#include "models/same_conv.h"
 #include "models/stem.h"
 
 namespace trainer {
@@ -20,7 +21,7 @@ namespace nn = torch::nn;
 
 nn::Conv2d conv(int64_t in, int64_t out, int64_t kernel, int64_t stride) {
   return nn::Conv2d(
-      nn::Conv2dOptions(in, out, kernel).stride(stride).padding(kernel / 2).bias(false));
+      nn::Conv2dOptions(in, out, kernel).stride(stride).padding(same_padding(kernel)).bias(false));
 }
 
 // torchvision's shortcut: 1x1 strided conv + BN, registered as "downsample.0" / "downsample.1".
@@ -75,8 +76,8 @@ torch::Tensor Blur::operator()(const torch::Tensor& x) {
                   .contiguous()
                   .to(x.options());
   }
-  return torch::conv2d(x, filter_, /*bias=*/{}, /*stride=*/1, /*padding=*/1, /*dilation=*/1,
-                       /*groups=*/channels);
+  return torch::conv2d(x, filter_, /*bias=*/{}, /*stride=*/1, same_padding(filter_),
+                       /*dilation=*/1, /*groups=*/channels);
 }
 
 BasicBlockImpl::BasicBlockImpl(int64_t in_channels, int64_t width, int64_t stride,

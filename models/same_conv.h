@@ -1,7 +1,8 @@
 // The convolutions of a ResNet's blocks as the fused ops run them: square kernels (1x1 or 3x3), one
-// stride both ways, "same" padding, no bias, no groups. One place for the padding (the cuDNN graphs
-// read it too) and for the ATen forward and gradients, so that the fused ops' ATen paths, their
-// fallbacks and their cuDNN graphs cannot disagree on a parameter.
+// stride both ways, "same" padding, no bias, no groups. One place for the padding (the model's
+// convolutions and BlurPool's blur, the cuDNN graphs) and for the ATen forward and gradients, so
+// that the fused ops' ATen paths, their fallbacks and their cuDNN graphs cannot disagree on a
+// parameter.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -10,7 +11,9 @@
 
 namespace trainer {
 
-inline int64_t same_padding(const at::Tensor& w) { return w.size(2) / 2; }
+// Of an odd square kernel of `kernel` taps, or of weight `w` (out, in / groups, k, k).
+inline int64_t same_padding(int64_t kernel) { return kernel / 2; }
+inline int64_t same_padding(const at::Tensor& w) { return same_padding(w.size(2)); }
 
 inline at::Tensor same_conv(const at::Tensor& x, const at::Tensor& w, int64_t stride) {
   return at::conv2d(x, w, /*bias=*/{}, stride, same_padding(w));
