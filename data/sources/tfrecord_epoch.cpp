@@ -32,14 +32,15 @@ void TFRecordEpoch::read_chunks(int reader) {
   std::vector<uint8_t> buffer;
   std::unique_ptr<ReadFile> file;
   try {
-    for (size_t c = reader; c < chunks.size(); c += o.reader_threads) {
+    for (size_t c = reader; c < chunks.size(); c += options.reader_threads) {
       const Chunk& chunk = chunks[c];
       std::vector<Slot> results(chunk.members.size());
       {
         // Read ahead of the decoders by one batch more than they may run ahead of the consumer.
         std::unique_lock<std::mutex> lock(mutex);
-        window_moved.wait(
-            lock, [&] { return stop || in_window(chunk.first_position, o.prefetch_batches + 1); });
+        window_moved.wait(lock, [&] {
+          return stop || in_window(chunk.first_position, options.prefetch_batches + 1);
+        });
         if (stop) return;
         auto& spare = shared.spare_payloads;
         for (size_t m = 0; m < results.size() && !spare.empty(); ++m) {
@@ -47,7 +48,7 @@ void TFRecordEpoch::read_chunks(int reader) {
           spare.pop_back();
         }
       }
-      const std::string& path = o.files[chunk.file];
+      const std::string& path = options.files[chunk.file];
       if (!file || file->path() != path) {
         file = std::make_unique<ReadFile>(path);
         file->advise_sequential(chunk.begin, file->size() - chunk.begin);
@@ -83,9 +84,9 @@ void TFRecordEpoch::read_chunks(int reader) {
 }
 
 void TFRecordEpoch::record_bad(const Damage& damage) {
-  const std::string& path = o.files[damage.file];
+  const std::string& path = options.files[damage.file];
   const std::string where = path + " at byte " + std::to_string(damage.offset);
-  if (o.fail_on_bad_record)
+  if (options.fail_on_bad_record)
     throw UserError("bad record in " + where + ": " + damage.reason +
                     " (bad_record_policy = fail; set it to skip to drop such records)");
   ++bad;
@@ -94,12 +95,12 @@ void TFRecordEpoch::record_bad(const Damage& damage) {
     if (logged.insert({path, damage.offset}).second)
       spdlog::warn("skipping bad record in {}: {}", where, damage.reason);
   }
-  const double limit = o.max_bad_fraction * static_cast<double>(epoch_records);
+  const double limit = options.max_bad_fraction * static_cast<double>(epoch_records);
   if (static_cast<double>(bad) > limit)
-    throw UserError(
-        detail::concat(bad, " bad records in epoch ", epoch, " (the last in ", where, ": ",
-                       damage.reason, ") exceed max_bad_fraction = ", o.max_bad_fraction, " of ",
-                       epoch_records, " records. Fix: verify the data with verify-tfrecords"));
+    throw UserError(detail::concat(
+        bad, " bad records in epoch ", epoch, " (the last in ", where, ": ", damage.reason,
+        ") exceed max_bad_fraction = ", options.max_bad_fraction, " of ", epoch_records,
+        " records. Fix: verify the data with verify-tfrecords"));
 }
 
 void TFRecordEpoch::finish_batch(int64_t index, PendingBatch& batch) {
@@ -114,7 +115,7 @@ void TFRecordEpoch::finish_batch(int64_t index, PendingBatch& batch) {
   auto* pixels = batch.images.data_ptr<uint8_t>();
   auto* labels = batch.labels.data_ptr<int64_t>();
   auto* ids = batch.ids.data_ptr<int64_t>();
-  if (o.training) {  // keep the batch full: stand in another image of the same batch
+  if (options.training) {  // keep the batch full: stand in another image of the same batch
     for (int64_t r = 0, k = 0; r < rows; ++r) {
       if (!batch.bad[r]) continue;
       const int64_t from = good[k++ % good.size()];
@@ -150,17 +151,17 @@ void TFRecordEpoch::finish_batch(int64_t index, PendingBatch& batch) {
 at::Tensor TFRecordEpoch::image_buffer(int64_t rows) {
   const int64_t s = image_size, largest = shared.largest_image_size;
   const int64_t capacity = rows * largest * largest * 3;  // bytes
-  const auto options = at::TensorOptions().dtype(at::kByte).pinned_memory(o.pin_memory);
+  const auto bytes = at::TensorOptions().dtype(at::kByte).pinned_memory(options.pin_memory);
   auto batch_view = [&](const at::Tensor& flat) {
     return flat.narrow(0, 0, rows * s * s * 3).view({rows, s, s, 3});
   };
-  if (o.pin_memory) return batch_view(at::empty({capacity}, options));
+  if (options.pin_memory) return batch_view(at::empty({capacity}, bytes));
   auto& pool = shared.image_pool;
   for (const at::Tensor& t : pool)  // held by the pool alone: no batch or view still uses it
     if (t.use_count() == 1 && t.storage().use_count() == 1 && t.numel() == capacity)
       return batch_view(t);
-  at::Tensor fresh = at::empty({capacity}, options);
-  if (static_cast<int64_t>(pool.size()) < o.prefetch_batches + 4) pool.push_back(fresh);
+  at::Tensor fresh = at::empty({capacity}, bytes);
+  if (static_cast<int64_t>(pool.size()) < options.prefetch_batches + 4) pool.push_back(fresh);
   return batch_view(fresh);
 }
 
@@ -173,24 +174,26 @@ Damage TFRecordEpoch::decode(int64_t p, const Slot& slot, Decoder& decoder, uint
   Damage damage{file, shared.indexes[file][record - first[file]].offset, ""};
   std::string_view encoded;
   int64_t label = 0;
-  std::string& error = decoder.error;
+  std::string& message = decoder.error;
   // Boxes are read only for the crop that uses them (evaluation never does).
   const bool want_boxes = decoder.transform.training &&
                           decoder.transform.train_crop == TrainCrop::kDistortedBoundingBox;
-  if (!decoder.parser.parse(slot.payload, &encoded, &label, &error,
+  if (!decoder.parser.parse(slot.payload, &encoded, &label, &message,
                             want_boxes ? &decoder.boxes : nullptr)) {
     // The layout named: a record of another layout is "missing" the features this one reads.
-    damage.reason = detail::concat(error, " (record_layout = ", layout_name(o.record_layout), ")");
-  } else if (label - o.label_offset < 0 || label - o.label_offset >= o.num_classes) {
-    damage.reason = detail::concat("label ", label, " minus label_offset ", o.label_offset,
-                                   " is outside [0, num_classes = ", o.num_classes, ")");
+    damage.reason =
+        detail::concat(message, " (record_layout = ", layout_name(options.record_layout), ")");
+  } else if (label - options.label_offset < 0 ||
+             label - options.label_offset >= options.num_classes) {
+    damage.reason = detail::concat("label ", label, " minus label_offset ", options.label_offset,
+                                   " is outside [0, num_classes = ", options.num_classes, ")");
   } else if (!transform_image(
                  encoded, decoder.transform, mix_seed(epoch_seed, static_cast<uint64_t>(plan[p])),
-                 out, &error,
+                 out, &message,
                  want_boxes ? BoxList{decoder.boxes.data(), decoder.boxes.size()} : BoxList{})) {
-    damage.reason = error;
+    damage.reason = message;
   } else {
-    *label_out = label - o.label_offset;
+    *label_out = label - options.label_offset;
   }
   return damage;
 }
@@ -199,7 +202,7 @@ PendingBatch& TFRecordEpoch::pending_batch(int64_t index) {
   auto [it, inserted] = batches.try_emplace(index);
   if (inserted) {
     const int64_t rows = rows_of(index);
-    const auto pinned = at::TensorOptions().pinned_memory(o.pin_memory);
+    const auto pinned = at::TensorOptions().pinned_memory(options.pin_memory);
     it->second.images = image_buffer(rows);
     it->second.labels = at::empty({rows}, pinned.dtype(at::kLong));
     it->second.ids = at::empty({rows}, at::TensorOptions().dtype(at::kLong));
@@ -210,17 +213,17 @@ PendingBatch& TFRecordEpoch::pending_batch(int64_t index) {
 }
 
 void TFRecordEpoch::decode_loop() {
-  const int64_t b = o.batch_size, total = static_cast<int64_t>(plan.size());
+  const int64_t b = options.batch_size, total = static_cast<int64_t>(plan.size());
   const int64_t s = image_size;
-  Decoder decoder(feature_keys(o.record_layout));  // resolved by the source: never kAuto here
-  decoder.transform = o.transform;
-  decoder.transform.training = o.training;
+  Decoder decoder(feature_keys(options.record_layout));  // resolved by the source: never kAuto here
+  decoder.transform = options.transform;
+  decoder.transform.training = options.training;
   decoder.transform.image_size = static_cast<int>(s);
   std::unique_lock<std::mutex> lock(mutex);
   try {
     while (true) {
       window_moved.wait(lock, [&] {
-        return stop || next_position >= total || in_window(next_position, o.prefetch_batches);
+        return stop || next_position >= total || in_window(next_position, options.prefetch_batches);
       });
       if (stop || next_position >= total) return;
       const int64_t p = next_position++;

@@ -78,7 +78,7 @@ struct EpochResources {
 
 struct TFRecordEpoch {
   EpochResources shared;
-  const TFRecordSourceOptions& o;
+  const TFRecordSourceOptions& options;  // shared.options
   int64_t epoch = 0;
   uint64_t epoch_seed = 0;
   int64_t image_size = 0;   // this epoch's crop, pixels (Note [Image size per epoch])
@@ -103,16 +103,16 @@ struct TFRecordEpoch {
   int running = 0;  // threads not yet ended
 
   explicit TFRecordEpoch(const EpochResources& resources)
-      : shared(resources), o(resources.options) {}
+      : shared(resources), options(resources.options) {}
 
   // The batch that plan position `p` belongs to, and a batch's rows: every batch holds
   // batch_size but the last, which holds the rest (Note [Elastic epoch order]): fewer, none, or
   // one more than batch_size.
   int64_t record(int64_t p) const { return record_of(plan[p], repetitions); }
-  int64_t batch_of(int64_t p) const { return std::min(p / o.batch_size, batch_count - 1); }
+  int64_t batch_of(int64_t p) const { return std::min(p / options.batch_size, batch_count - 1); }
   int64_t rows_of(int64_t batch) const {
-    return batch < batch_count - 1 ? o.batch_size
-                                   : static_cast<int64_t>(plan.size()) - batch * o.batch_size;
+    return batch < batch_count - 1 ? options.batch_size
+                                   : static_cast<int64_t>(plan.size()) - batch * options.batch_size;
   }
   // Whether plan position `p` may be worked on now: its batch is among the `ahead` batches from
   // the one the consumer takes next. Counted in batches, not positions, so that every row of a
