@@ -168,10 +168,14 @@ class TrainingLoop {
                                 config_.ema_every_steps * config_.images_per_step());
   }
 
-  // Micro-batches in a step of `step_images`: full ones, and the rest in a short last one.
+  // Micro-batches in a step of `step_images` from where the epoch is, as the source deals them:
+  // full ones, then the rest, which takes a last single image along (step_samples).
   int64_t micro_batches_in(int64_t step_images) const {
-    const int64_t micro = config_.images_per_micro_batch();
-    return (step_images + micro - 1) / micro;
+    int64_t count = 0;
+    for (int64_t taken = 0; taken < step_images; ++count)
+      taken +=
+          step_samples(samples_, at_.samples_in_epoch + taken, config_.images_per_micro_batch());
+    return count;
   }
 
   // This rank's next micro-batch of the step, as the source deals them out (Note [Fixed global

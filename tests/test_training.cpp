@@ -62,6 +62,26 @@ TensorMap train_to(const Config& base, int64_t steps) {
   return state_dict(*trainer.model());
 }
 
+// An epoch whose last step takes one image more than a batch (5 images in batches of 2: steps of
+// 2 and 3), alone and accumulating (global_batch 4: micro-batches of 2, the last step one of 3):
+// every step takes the batches the source deals, no more.
+TEST(Training, ALastStepOfOneImageMoreIsOneBatch) {
+  for (int64_t global_batch : {int64_t{0}, int64_t{4}}) {
+    Config c = small_config("one-more-" + std::to_string(global_batch));
+    c.generated_train_images = 5;
+    c.batch_size = 2;
+    c.global_batch = global_batch;
+    c.epochs = 2;
+    c.eval_every_epochs = 0;
+    validate_config(c);
+    Sources sources = make_sources(c, torch::kCPU, 0);
+    Trainer trainer(trainer_options(c), torch::kCPU);
+    MetricsLog metrics("");
+    const FitResult result = fit(trainer, c, *sources.train, sources.val.get(), metrics);
+    EXPECT_EQ(result.steps, global_batch == 0 ? 4 : 2) << "global_batch " << global_batch;
+  }
+}
+
 TEST(Training, ResumeContinuesExactly) {
   // 4 steps = 1 epoch and 1 batch: the resume lands mid-epoch, mid-warmup.
   Config straight = small_config("straight");
