@@ -49,6 +49,19 @@ if [ "${K_MPI_JOB_ROLE:-}" = launcher ] && [ -f "${MPI_HOSTFILE:-/etc/mpi/hostfi
   wait_for_workers "${MPI_HOSTFILE:-/etc/mpi/hostfile}"
 fi
 
+# EFA's libfabric provider pins NCCL's buffers in memory; under a low locked-memory limit it
+# fails with "Cannot allocate memory". No pod field sets the limit: the node's container runtime
+# gives it, so say so where EFA devices are present (the limit holds for the ranks sshd starts,
+# too) and go on. EFA_DEVICES: where the devices are (a glob; the tests point it elsewhere).
+memlock=$(ulimit -l)
+efa_devices=${EFA_DEVICES:-/dev/infiniband/uverbs*}
+if compgen -G "$efa_devices" >/dev/null && [ "$memlock" != unlimited ]; then
+  echo "entrypoint: WARNING: EFA devices are present but locked memory is limited to" \
+    "$memlock KiB (ulimit -l); libfabric's EFA provider may fail with \"Cannot allocate" \
+    "memory\". HINT: raise the container runtime's limit on the node group (docs/eks.md," \
+    "\"Locked memory for EFA\")" >&2
+fi
+
 if [ $# -eq 0 ]; then set -- train --help; fi
 case "$1" in
   -*) set -- train "$@" ;;

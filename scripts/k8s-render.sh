@@ -15,6 +15,11 @@
 #               trainjob-p3.16xlarge | trainjob-p3dn.24xlarge | trainjob-p4d.24xlarge |
 #               trainjob-p5.48xlarge          fixed-size TrainJob, Kubeflow Trainer v2, torchrun
 #                                             (k8s/trainjob/...)
+#               allreduce-p3.16xlarge | ... | allreduce-p5.48xlarge
+#                                             the acceptance test of the nodes' network before
+#                                             training: the MPIJob of that node type running
+#                                             bench-allreduce instead of train, which fails below
+#                                             the bus bandwidth the node type must reach
 #               one-node | smoke | stage-data batch/v1 Jobs (k8s/jobs/TARGET)
 #               tensorboard                   TensorBoard over /fsx/runs (k8s/tensorboard)
 #               fsx                           a new file system: StorageClass + PVC (k8s/fsx); reads
@@ -39,11 +44,19 @@
 # KUBECTL names the kubectl to use (default: kubectl); KUBECTL=kustomize uses a standalone kustomize.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-usage() { sed -n '8,39p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '8,44p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 # Every target; the tests render and check each one (tests/deploy), so a new one is checked too.
 mpijobs=(p3.16xlarge p3dn.24xlarge p4d.24xlarge p5.48xlarge)
-targets=("${mpijobs[@]}" "${mpijobs[@]/#/pytorchjob-}" "${mpijobs[@]/#/trainjob-}" one-node smoke
-  stage-data tensorboard fsx fsx-existing kueue trainer-runtime)
+targets=("${mpijobs[@]}" "${mpijobs[@]/#/pytorchjob-}" "${mpijobs[@]/#/trainjob-}"
+  "${mpijobs[@]/#/allreduce-}" one-node smoke stage-data tensorboard fsx fsx-existing kueue
+  trainer-runtime)
+# The bus bandwidth (GB/s) bench-allreduce must reach at 2 GiB on 2 or more nodes of each type:
+# about half of what NCCL's all_reduce_perf reaches there, and above what NCCL over TCP reaches
+# on the same nodes, so that a job that fell back from EFA to TCP fails. Published 2-node figures:
+# p3dn 10 GB/s (NVIDIA/nccl#235) against 41 Gbps, 5 GB/s, over TCP (NVIDIA/nccl#209); p4d 57
+# (NVIDIA/nccl#527); p5 438 on EKS (aws-samples/awsome-distributed-training,
+# micro-benchmarks/nccl-tests). p3.16xlarge has TCP alone: its 25 Gbps link carries 3.1 GB/s.
+declare -A min_busbw=([p3.16xlarge]=1.5 [p3dn.24xlarge]=7 [p4d.24xlarge]=25 [p5.48xlarge]=200)
 
 target=${1:-}
 if [ -z "$target" ] || [ "$target" = --help ]; then usage; fi
@@ -69,6 +82,8 @@ done
 
 case "$target" in
   p3.16xlarge | p3dn.24xlarge | p4d.24xlarge | p5.48xlarge) dir=k8s/overlays/$target ;;
+  allreduce-p3.16xlarge | allreduce-p3dn.24xlarge | allreduce-p4d.24xlarge | \
+    allreduce-p5.48xlarge) dir=k8s/overlays/${target#allreduce-} ;;
   pytorchjob-p3.16xlarge | pytorchjob-p3dn.24xlarge | pytorchjob-p4d.24xlarge | \
     pytorchjob-p5.48xlarge) dir=k8s/pytorchjob/${target#pytorchjob-} ;;
   trainjob-p3.16xlarge | trainjob-p3dn.24xlarge | trainjob-p4d.24xlarge | trainjob-p5.48xlarge)
@@ -86,7 +101,7 @@ for option in workers slots min_workers max_workers; do
   fi
 done
 multi_node=""
-if [[ "$target" == p[0-9]* || "$target" == pytorchjob-* || "$target" == trainjob-* ]]; then
+if [[ "$dir" == k8s/overlays/* || "$target" == pytorchjob-* || "$target" == trainjob-* ]]; then
   multi_node=1
 fi
 if [ -n "$workers" ] && [ -z "$multi_node" ]; then
@@ -300,6 +315,36 @@ patches:
     - op: replace
       path: /spec/template/spec/containers/0/args/1
       value: "$slots"
+EOF
+fi
+
+if [[ "$target" == allreduce-* ]]; then
+  # The launcher's `train --config FILE`, the last of mpirun's arguments, becomes the all-reduce
+  # sweep to 2 GiB with the node type's gate; the job is resnet50-allreduce, so that it can run
+  # beside a training job. Everything else (nodes, -np, slots, network settings) is the target's.
+  rendered=$(kustomize_build "$out")
+  at=$(awk '/^    Launcher:/ {l = 1} /^    Worker:/ {l = 0}
+            l && /^ *- args:$/ {a = 1; i = 0; next}
+            l && a && /^ *- / {if ($2 == "/opt/resnet-trainer/bin/train") {print i; exit}; i++; next}
+            l && a {a = 0}' <<<"$rendered")
+  [ -n "$at" ] || { echo "k8s-render: no train among the launcher's arguments" >&2; exit 1; }
+  grep -q '^patches:' "$out/kustomization.yaml" || echo "patches:" >>"$out/kustomization.yaml"
+  args=/spec/mpiReplicaSpecs/Launcher/template/spec/containers/0/args
+  cat >>"$out/kustomization.yaml" <<EOF
+- target:
+    kind: MPIJob
+    name: resnet50
+  patch: |-
+    - {op: test, path: $args/$at, value: /opt/resnet-trainer/bin/train}
+    - {op: test, path: $args/$((at + 1)), value: --config}
+    - {op: replace, path: $args/$at, value: /opt/resnet-trainer/bin/bench-allreduce}
+    - {op: replace, path: $args/$((at + 1)), value: --min-bytes}
+    - {op: replace, path: $args/$((at + 2)), value: 1M}
+    - {op: add, path: $args/-, value: --max-bytes}
+    - {op: add, path: $args/-, value: 2G}
+    - {op: add, path: $args/-, value: --min-busbw}
+    - {op: add, path: $args/-, value: "${min_busbw[${target#allreduce-}]}"}
+nameSuffix: -allreduce
 EOF
 fi
 

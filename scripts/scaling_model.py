@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Scaling model for data-parallel ResNet-50: predicted images/s and scaling efficiency on P3 /
-P3dn clusters, from the per-step backward time, the gradient bucket schedule and the ring
-all-reduce cost 2(N-1)/N x bytes / bandwidth.
+P3dn (V100), P4d (A100) and P5 (H100) clusters, from the per-step backward time, the gradient
+bucket schedule and the ring all-reduce cost 2(N-1)/N x bytes / bandwidth.
 
 Backward is simulated layer by layer in reverse: each layer's gradient is ready after its share
 of the backward time (proportional to its FLOPs, from torchvision's ResNet-50 at 224x224); buckets
@@ -20,6 +20,7 @@ or its 1/nodes share, fits a P3's 488 GB of memory).
 
   python3 scripts/scaling_model.py                      # the table in docs/BENCHMARKS.md
   python3 scripts/scaling_model.py --gpu-images-per-s 1300 --bucket-mb 64
+  python3 scripts/scaling_model.py --gpu H100 --gpu-images-per-s 5900   # P5 (bf16, batch 256)
   python3 scripts/scaling_model.py --input --gpu-images-per-s 1300   # docs/eks.md's sizing table
   python3 scripts/scaling_model.py --input --gpu H100 --gpu-images-per-s 5900   # its P5 table
 """
@@ -29,12 +30,16 @@ import argparse
 import torch
 import torchvision
 
-# Per-node fabrics: (name, inter-node bandwidth GB/s, intra-node NVLink bus bandwidth GB/s).
-# Inter-node: line rate x efficiency (TCP sockets on P3 reach ~80% of 25 Gbps; EFA on P3dn ~85%
-# of 100 Gbps). Intra-node: NCCL all_reduce_perf bus bandwidth on 8x V100 NVLink (~130 GB/s).
+# Per-node fabrics: name -> (inter-node bandwidth GB/s, intra-node NVLink bus bandwidth GB/s, the
+# node's GPU). Inter-node: line rate x efficiency (TCP sockets on P3 reach ~80% of 25 Gbps; EFA
+# ~85% of its line rate: 100 Gbps on P3dn, 4 x 100 on P4d, 32 x 100 on P5). Intra-node: NCCL
+# all_reduce_perf's bus bandwidth on 8 GPUs, order of magnitude: V100 NVLink ~130 GB/s, A100
+# NVSwitch ~230, H100 NVSwitch ~450 (model inputs, not measured here).
 FABRICS = {
-    "p3.16xlarge": (25 / 8 * 0.80, 130.0),
-    "p3dn.24xlarge": (100 / 8 * 0.85, 130.0),
+    "p3.16xlarge": (25 / 8 * 0.80, 130.0, "V100"),
+    "p3dn.24xlarge": (100 / 8 * 0.85, 130.0, "V100"),
+    "p4d.24xlarge": (400 / 8 * 0.85, 230.0, "A100"),
+    "p5.48xlarge": (3200 / 8 * 0.85, 450.0, "H100"),
 }
 GPUS_PER_NODE = 8
 LATENCY_S = 50e-6  # per all-reduce launch and ring step start-up, order of magnitude
@@ -145,8 +150,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--gpu-images-per-s", type=float, default=1200.0,
                    help="one V100, mixed precision, batch 256 (NVIDIA DLE PyTorch AMP: 1,200)")
-    p.add_argument("--gpu", default="V100", help="the GPU --gpu-images-per-s is of (--input's "
-                   "table names it)")
+    p.add_argument("--gpu", default="V100", choices=sorted({f[2] for f in FABRICS.values()}),
+                   help="the GPU --gpu-images-per-s is of: the fabrics of its nodes are modelled "
+                   "(--input's table names it)")
     p.add_argument("--batch", type=int, default=256, help="images per GPU")
     p.add_argument("--backward-fraction", type=float, default=2 / 3,
                    help="share of the step spent in backward")
@@ -174,7 +180,9 @@ def main():
           f"the input-most up to {args.last_bucket_mb:g} MB (0: cut from the classifier side)\n")
     print("| nodes | GPUs | fabric | wire | all-reduce ms | exposed ms | images/s | efficiency |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for fabric, (inter_gbs, nvlink_gbs) in FABRICS.items():
+    for fabric, (inter_gbs, nvlink_gbs, gpu) in FABRICS.items():
+        if gpu != args.gpu:
+            continue
         for gpus in (8, 16, 64, 160):
             nodes = gpus // GPUS_PER_NODE
             busbw = (nvlink_gbs if nodes == 1 else inter_gbs) * 1e9

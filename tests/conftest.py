@@ -18,7 +18,8 @@ BUILD = pathlib.Path(os.environ.get("TRAINER_BUILD_DIR", ROOT / "build"))
 # SIGKILL, a stuck or killed rank ending the job, the chaos scenarios' bounds, a teardown's
 # wait) and those that run the container image (whole jobs on every core, one image build).
 SERIAL_MODULES = {
-    "deploy/test_eks_export.py", "deploy/test_eks_teardown.py", "deploy/test_image.py",
+    "deploy/test_entrypoint.py", "deploy/test_eks_export.py", "deploy/test_eks_teardown.py",
+    "deploy/test_image.py",
     "deploy/test_image_run.py", "deploy/test_k8s_wait_nodes.py", "deploy/test_pytorchjob.py",
     "deploy/test_trainjob.py",
     "deploy/test_rehearsal_names.py", "test_chaos.py",

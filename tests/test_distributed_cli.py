@@ -151,3 +151,19 @@ def test_bench_allreduce_reports_correct_sums():
         assert abs(algbw - size / seconds / 1e9) <= 0.005 + 0.01 * algbw, r
         assert abs(busbw - algbw * 2 * (3 - 1) / 3) <= 0.01 + 0.01 * busbw, r
     assert float(rows[-1][5]) > 0, rows[-1]  # 1 MB all-reduced in under 0.2 s, even loaded
+    assert result.stdout.splitlines()[-1].endswith("(required: 0): ok")
+
+
+def test_bench_allreduce_as_a_gate_fails_every_rank_below_the_bus_bandwidth_asked():
+    """The acceptance job's verdict (k8s-render.sh allreduce-NODE-TYPE): mpirun's status."""
+    command = ["mpirun", "--oversubscribe", "-np", "2", str(binary("bench-allreduce")),
+               "--min-bytes", "4K", "--max-bytes", "64K", "--iters", "3"]
+    slow = subprocess.run(command + ["--min-busbw", "1e6"], capture_output=True, text=True,
+                          env=MPI_ENV, timeout=120)
+    assert slow.returncode == 1, slow.stdout + slow.stderr
+    last = slow.stdout.splitlines()[-1]
+    assert last.startswith("# busbw at 65536 bytes: ") and last.endswith("(required: 1e+06): FAILED")
+    assert "below the required 1e+06 GB/s (--min-busbw)" in slow.stderr
+    fast = subprocess.run(command + ["--min-busbw", "1e-6"], capture_output=True, text=True,
+                          env=MPI_ENV, timeout=120)
+    assert fast.returncode == 0 and fast.stdout.splitlines()[-1].endswith("): ok"), fast.stderr

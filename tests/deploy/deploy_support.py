@@ -37,6 +37,8 @@ TARGETS = subprocess.run([str(ROOT / "scripts" / "k8s-render.sh"), "--list"], ca
 MPIJOB_TARGETS = ["p3.16xlarge", "p3dn.24xlarge", "p4d.24xlarge", "p5.48xlarge"]
 PYTORCHJOB_TARGETS = ["pytorchjob-" + target for target in MPIJOB_TARGETS]
 TRAINJOB_TARGETS = ["trainjob-" + target for target in MPIJOB_TARGETS]
+# The network acceptance MPIJobs: bench-allreduce on the training job's nodes.
+ALLREDUCE_TARGETS = ["allreduce-" + target for target in MPIJOB_TARGETS]
 # The EFA interfaces of each node type, one per network card, which its pods request whole (the
 # EFA device plugin advertises that many: 4 on p4d.24xlarge, 32 on p5.48xlarge).
 EFA_INTERFACES = {"p3.16xlarge": 0, "p3dn.24xlarge": 1, "p4d.24xlarge": 4, "p5.48xlarge": 32}
@@ -44,7 +46,7 @@ EFA_INTERFACES = {"p3.16xlarge": 0, "p3dn.24xlarge": 1, "p4d.24xlarge": 4, "p5.4
 
 def job_kind(target):
     """The kind of the document that runs a target's pods."""
-    if target in MPIJOB_TARGETS:
+    if target in MPIJOB_TARGETS + ALLREDUCE_TARGETS:
         return "MPIJob"
     return "PyTorchJob" if target in PYTORCHJOB_TARGETS else "Job"
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/resnet-trainer:test"

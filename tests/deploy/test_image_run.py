@@ -221,6 +221,28 @@ def test_mpijob_trains_on_every_rank_over_ssh(image, dataset, cpu_toml, cluster,
     assert newest_checkpoint(output_dir(docs, fsx))[0] > 0
 
 
+def test_the_acceptance_job_all_reduces_across_the_workers_over_ssh(image, cluster, render,
+                                                                    tmp_path):
+    """allreduce-p3.16xlarge as rendered, but for a sweep and a gate the CPU takes (1 MiB, MPI
+    over the containers' network): every rank's sums right, the verdict in the launcher's
+    status."""
+    from image_support import rehearse
+    docs = render("allreduce-p3.16xlarge", "--image", image, "--workers", "2", "--slots", "2")
+    job_doc = next(d for d in docs if d["kind"] == "MPIJob")
+    args = job_doc["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0][
+        "args"]
+    assert args[-4:] == ["--max-bytes", "2G", "--min-busbw", "1.5"]
+    args[-3], args[-1] = "1M", "0.0001"
+    fsx = tmp_path / "fsx"
+    (fsx / "runs").mkdir(parents=True)
+    job = rehearse.MPIJob(cluster(docs, {"fsx-claim": fsx}), docs)
+    status, log = job.run(RUN_TIMEOUT_S)
+    assert status == 0, log[-4000:]
+    assert "# 4 rank(s), CPU" in log and re.search(r"# busbw at 1048576 bytes: .*: ok$", log, re.M)
+    rows = [line.split() for line in log.splitlines() if re.match(r"\s+1048576\s", line)]
+    assert rows and rows[-1][-1] == "0", log[-4000:]  # no element summed wrong
+
+
 def test_a_killed_worker_ends_the_job_and_a_restart_resumes(image, dataset, cluster, render,
                                                             tmp_path):
     from image_support import rehearse
