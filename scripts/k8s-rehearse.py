@@ -26,7 +26,7 @@ network, the same for a pod started again under the same name, and every name of
 /etc/hosts line (--add-host), so the rehearsal behaves the same with or without the plugin. Before
 the launcher starts, a short-lived container on the launcher's network, with its /etc/hosts, checks
 that every hostfile host resolves, and the rehearsal stops at once naming any that does not (the
-launcher's entrypoint would wait 5 minutes for it).
+launcher's entrypoint would wait 15 minutes for it, ENTRYPOINT_WAIT_S).
 Not rehearsed: GPUs and other resources, scheduling (node selectors, tolerations), the Service's
 DNS server itself (names through the search path such as <pod>.<job>, another pod's bare
 hostname, records that change while the job runs: a restarted pod keeps its address here, where
@@ -305,7 +305,7 @@ class MPIJob:
     def check_hosts(self, hostfile):
         """Stops the rehearsal in seconds, naming them, when hosts of the hostfile do not resolve
         where the launcher will run (its network, its /etc/hosts), where the launcher's entrypoint
-        would wait 5 minutes for them before mpirun fails."""
+        would wait 15 minutes for them (ENTRYPOINT_WAIT_S) before it gives up."""
         names = hostfile_hosts(Path(hostfile).read_text())
         image = self.launcher["containers"][0]["image"]
         script = 'for host; do getent hosts "$host" >/dev/null || echo "$host"; done'

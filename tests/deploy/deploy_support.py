@@ -21,10 +21,11 @@ except ImportError:  # the test modules skip (pytest.importorskip) before using 
     yaml = None
 
 ROOT = Path(__file__).resolve().parents[2]
-# The MPI Operator's and the Training Operator's CRDs live in the shared folder beside the clone
-# (absent outside this project).
-CRD = ROOT.parent / "shared" / "k8s" / "mpijob-crd-v0.8.2.yaml"
-PYTORCHJOB_CRD = ROOT.parent / "shared" / "k8s" / "pytorchjob-crd-v1.9.0.yaml"
+# The MPI Operator's and the Training Operator's CRDs, without their descriptions
+# (tests/deploy/upstream/README.md).
+OPERATOR_CRDS = ROOT / "tests" / "deploy" / "upstream" / "operator-crds"
+CRD = OPERATOR_CRDS / "mpijob-crd-v0.8.2.yaml"
+PYTORCHJOB_CRD = OPERATOR_CRDS / "pytorchjob-crd-v1.9.0.yaml"
 # Kueue's CRDs at the release docs/eks.md installs, verbatim (tests/deploy/upstream/README.md).
 KUEUE_CRDS = ROOT / "tests" / "deploy" / "upstream" / "kueue-v0.19.2"
 # Kubeflow Trainer v2's TrainJob and ClusterTrainingRuntime CRDs at the release docs/eks.md
