@@ -227,15 +227,13 @@ def kept_steps(trace, run_rounds):
     return epochs
 
 
-class Cluster:
-    """Worker pods of the rendered PyTorchJob as the operator starts them, on this machine: each
-    a process group running the container's command through the image's entrypoint, with the
-    operator's variables, `train` and the config from here, and every rank's sample trace."""
+class LocalPods:
+    """Pods of a torchrun job on this machine, whichever operator starts them: each a process
+    group running `container`'s command through the image's entrypoint, with `train` and a CPU
+    config from here and every rank's sample trace; the subclass adds the operator's variables."""
 
-    def __init__(self, render, tmp_path, epochs):
-        self.job = pytorchjob(render("pytorchjob-p3.16xlarge", "--workers", "2", "--slots", "1",
-                                     "--min-workers", "1", "--max-workers", "2"))
-        _, _, self.container = worker(self.job)
+    def __init__(self, container, tmp_path, epochs):
+        self.container = container
         self.config = tmp_path / "trainer.toml"
         # The image's entrypoint, alone in a bin/ folder: `torchrun` is then the test venv's.
         self.entrypoint = tmp_path / "bin" / "entrypoint"
@@ -244,22 +242,17 @@ class Cluster:
         self.config.write_text(CPU_CONFIG.format(output_dir=tmp_path / "runs", epochs=epochs))
         self.checkpoints = tmp_path / "runs" / "checkpoints"
         self.trace, self.port = tmp_path / "trace", free_port()
-        self.env = {**os.environ, **{e["name"]: e["value"] for e in self.container["env"]},
+        self.env = {**os.environ, **{e["name"]: e["value"] for e in container["env"]},
                     "PATH": f"{TORCHRUN.parent}:{os.environ['PATH']}", "OMP_NUM_THREADS": "1",
                     "TRAINER_SAMPLE_TRACE": str(self.trace)}
         self.pods = []
 
-    def start_pod(self, index=None):
-        """Starts the pod of worker `index` (default: the next one)."""
-        index = len(self.pods) if index is None else index
-        self.pods.append(subprocess.Popen(
+    def start(self, extra_env):
+        """Starts one pod with `extra_env` (the operator's variables) over the common ones."""
+        return subprocess.Popen(
             pod_command(self.container, self.entrypoint, build_dir() / "train", self.config),
-            env={**self.env, **operator_env(self.job, index, self.port)}, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, start_new_session=True))
-        # On the cluster only worker 0's name is the rendezvous endpoint's, so its agent hosts
-        # the store; here every agent's is, and the first to listen hosts it.
-        if index == 0:
-            wait_for_listener(self.port, self.pods[0])
+            env={**self.env, **extra_env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, start_new_session=True)
 
     def wait_for_checkpoint(self, step, timeout=300):
         deadline = time.time() + timeout
@@ -272,6 +265,25 @@ class Cluster:
     def stop(self):
         for pod in self.pods:
             kill_tree(pod)
+
+
+class Cluster(LocalPods):
+    """Worker pods of the rendered PyTorchJob as the operator starts them, with its variables."""
+
+    def __init__(self, render, tmp_path, epochs):
+        self.job = pytorchjob(render("pytorchjob-p3.16xlarge", "--workers", "2", "--slots", "1",
+                                     "--min-workers", "1", "--max-workers", "2"))
+        super().__init__(worker(self.job)[2], tmp_path, epochs)
+
+    def start_pod(self, index=None):
+        """Starts the pod of worker `index` (default: the next one)."""
+        index = len(self.pods) if index is None else index
+        self.pods.append(self.start(operator_env(self.job, index, self.port)))
+        # On the cluster only worker 0's name is the rendezvous endpoint's, so its agent hosts
+        # the store; here every agent's is, and the first to listen hosts it.
+        if index == 0:
+            wait_for_listener(self.port, self.pods[0])
+
 
 
 def assert_every_image_once_per_epoch(trace, log, epochs):

@@ -7,23 +7,17 @@ variables, two pods as two torchrun agents meeting at the first, the image's ent
 to the end; a pod lost mid-run ends the other with an error, and the JobSet's restart of both
 resumes from the newest checkpoint, every image of each epoch trained once."""
 import copy
-import os
 import re
-import shutil
-import subprocess
 import sys
-import time
 
 import pytest
 
 yaml = pytest.importorskip("yaml", reason="pyyaml is missing: run scripts/setup.sh")
 # kubectl, render and rendered are fixtures.
-from deploy_support import (EFA_INTERFACES, ROOT, TRAINER_CRDS,  # noqa: E402,F401
-                            TRAINJOB_TARGETS, build_dir, crd_validator, kubectl, render,
-                            rendered, trainjob_pod)
-from test_pytorchjob import (BIN, CPU_CONFIG, TORCHRUN,  # noqa: E402
-                             assert_every_image_once_per_epoch, free_port, merged_log,
-                             pod_command, rounds)
+from deploy_support import (EFA_INTERFACES, TRAINER_CRDS, TRAINJOB_TARGETS,  # noqa: E402,F401
+                            crd_validator, kubectl, render, rendered, trainjob_pod)
+from test_pytorchjob import (BIN, TORCHRUN, LocalPods,  # noqa: E402
+                             assert_every_image_once_per_epoch, merged_log, rounds)
 from conftest import kill_tree  # noqa: E402
 
 # The torch plugin's variables (pkg/runtime/framework/plugins/torch/torch.go), which a TrainJob
@@ -124,48 +118,18 @@ def plugin_env(job, index, port):
             "PET_MASTER_PORT": str(port), "PYTHONUNBUFFERED": "1"}
 
 
-class Nodes:
-    """The pods of the rendered TrainJob as the Trainer's JobSet starts them, on this machine:
-    each a process group running the container's command through the image's entrypoint, with
-    the torch plugin's variables, `train` and the config from here, and every rank's sample
-    trace."""
+class Nodes(LocalPods):
+    """The pods of the rendered TrainJob as the Trainer's JobSet starts them, with the torch
+    plugin's variables."""
 
     def __init__(self, render, tmp_path, epochs):
         self.job = trainjob(render("trainjob-p3.16xlarge", "--workers", "2", "--slots", "1"))
-        _, pod = trainjob_pod(self.job)
-        (self.container,) = pod["containers"]
-        self.config = tmp_path / "trainer.toml"
-        self.config.write_text(CPU_CONFIG.format(output_dir=tmp_path / "runs", epochs=epochs))
-        # The image's entrypoint, alone in a bin/ folder: `torchrun` is then the test venv's.
-        self.entrypoint = tmp_path / "bin" / "entrypoint"
-        self.entrypoint.parent.mkdir()
-        shutil.copy(ROOT / "docker" / "entrypoint.sh", self.entrypoint)
-        self.checkpoints = tmp_path / "runs" / "checkpoints"
-        self.trace, self.port = tmp_path / "trace", free_port()
-        self.env = {**os.environ, **{e["name"]: e["value"] for e in self.container["env"]},
-                    "PATH": f"{TORCHRUN.parent}:{os.environ['PATH']}", "OMP_NUM_THREADS": "1",
-                    "TRAINER_SAMPLE_TRACE": str(self.trace)}
-        self.pods = []
+        (container,) = trainjob_pod(self.job)[1]["containers"]
+        super().__init__(container, tmp_path, epochs)
 
     def start_pods(self):
         """Starts both pods at once, as the JobSet does (again, on a restart)."""
-        command = pod_command(self.container, self.entrypoint, build_dir() / "train", self.config)
-        self.pods = [subprocess.Popen(
-            command, env={**self.env, **plugin_env(self.job, i, self.port)},
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-            for i in (0, 1)]
-
-    def wait_for_checkpoint(self, step, timeout=300):
-        deadline = time.time() + timeout
-        while not (self.checkpoints / f"checkpoint-{step:09d}.pt").exists():
-            ended = [p for p in self.pods if p.poll() is not None]
-            assert not ended, f"a pod ended before step {step}:\n{ended[0].communicate()[0]}"
-            assert time.time() < deadline, f"no checkpoint at step {step} after {timeout} s"
-            time.sleep(0.2)
-
-    def stop(self):
-        for pod in self.pods:
-            kill_tree(pod)
+        self.pods = [self.start(plugin_env(self.job, i, self.port)) for i in (0, 1)]
 
 
 @pytest.mark.skipif(not TORCHRUN.exists(), reason=f"no torchrun beside {sys.executable}")
