@@ -129,6 +129,10 @@ void add_options(CLI::App& app, Config& c) {
       "tfrecord training: copies of each image an epoch shows, on other ranks; 1: off");
   add_choice("Data", "epoch_order", c.epoch_order,
              "tfrecord training: global | by_node (each node's records the same every epoch)");
+  add("Data", "drop_last", c.drop_last,
+      "training: an epoch ends at its last whole step; the images left after it are not trained");
+  add("Data", "check_data_order", c.check_data_order,
+      "training: stop when the records' order skews the classes a rank or a step trains");
   add("Data", "index_cache_dir", c.index_cache_dir, "tfrecord: index files for read-only data");
   add("Data", "class_names_file", c.class_names_file,
       "class names, one 'WNID words' per line; \"\": synsets.txt beside the data");

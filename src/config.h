@@ -124,6 +124,13 @@ struct Config {
   // Copies of each image an epoch shows, each to another rank with its own augmentation
   // (torchvision's --ra-sampler --ra-reps); the epoch keeps its length. 1: off.
   int64_t repeated_augmentation = 1;
+  // Training: each epoch ends at its last whole step instead of training what is left after it
+  // (PyTorch's DataLoader drop_last; Note [The last partial step] in data/sources/step_shares.h).
+  bool drop_last = false;
+  // Training: stop early in the run when the order of the records skews what a rank or a step
+  // trains, as records written in class order do (Note [Data order that skews training] in
+  // src/data_order_check.h).
+  bool check_data_order = true;
   std::string index_cache_dir = "/tmp/resnet-trainer-index";  // index files when data is read-only
   // The classes' names in label order (data/datasets/class_names.h), kept in checkpoints and
   // checked against them; "": synsets.txt, else label.labels.txt, beside train_data's files, else
@@ -247,6 +254,8 @@ struct Config {
     return global_batch > 0 ? std::max<int64_t>(1, global_batch / images_per_micro_batch()) : 1;
   }
   int64_t images_per_step() const { return micro_batches() * images_per_micro_batch(); }
+  // What the sources' and the loop's epoch_end takes: a step's images with drop_last, else 0.
+  int64_t whole_steps_of() const { return drop_last ? images_per_step() : 0; }
   int64_t eval_image_size() const { return val_image_size > 0 ? val_image_size : image_size; }
   bool progressive_resize() const {
     return progressive_resize_min_size != 0 || progressive_resize_max_size != 0;

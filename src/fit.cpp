@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <utility>
 
 #include "base/bounded_wait.h"
 #include "base/stop_signal.h"
 #include "base/user_error.h"
 #include "data/sources/step_shares.h"
+#include "src/data_order_check.h"
 #include "src/evaluation.h"
 #include "src/part_options.h"
 #include "src/report/interval_log.h"
@@ -73,9 +75,11 @@ void log_accumulation(const Config& config) {
 // Optimisation steps from `at` to the end of training (max_steps aside).
 int64_t steps_to_end(const Config& config, const Progress& at, int64_t samples_per_epoch) {
   if (at.epoch >= config.epochs) return 0;
-  const int64_t global = config.images_per_step();
-  return steps_left(samples_per_epoch, at.samples_in_epoch, global) +
-         (config.epochs - at.epoch - 1) * steps_left(samples_per_epoch, 0, global);
+  const int64_t global = config.images_per_step(), whole = config.whole_steps_of();
+  const int64_t end = epoch_end(samples_per_epoch, at.samples_in_epoch, whole);
+  return steps_left(end, at.samples_in_epoch, global) +
+         (config.epochs - at.epoch - 1) *
+             steps_left(epoch_end(samples_per_epoch, 0, whole), 0, global);
 }
 
 // Note [A stop at any step]
@@ -128,10 +132,15 @@ class TrainingLoop {
     total_ = at_.step + steps_to_end(config_, at_, samples_);
     if (config_.max_steps > 0) total_ = std::min(total_, config_.max_steps);
     log_accumulation(config_);
+    start_order_check();
+    const int64_t global = config_.images_per_step();
     spdlog::info(
-        "{} images and {} steps per epoch, {} steps in all, peak lr {:.5f} (global batch {})",
-        samples_, steps_left(samples_, 0, config_.images_per_step()), total_, schedule_.peak(),
-        config_.images_per_step());
+        "{} images and {} steps per epoch{}, {} steps in all, peak lr {:.5f} (global batch {})",
+        samples_, steps_left(epoch_end(samples_, 0, config_.whole_steps_of()), 0, global),
+        config_.drop_last && samples_ % global != 0
+            ? " (drop_last: the last " + std::to_string(samples_ % global) + " not trained)"
+            : "",
+        total_, schedule_.peak(), global);
     if (TensorBoardWriter* tensorboard = metrics_.tensorboard()) {
       // Events a killed run wrote after the checkpoint (steps > at_.step) are trained again: drop
       // them. From scratch, drop everything an earlier run in this folder wrote.
@@ -146,6 +155,11 @@ class TrainingLoop {
       while (at_.epoch < config_.epochs && at_.step < total_ && !at_.target_reached) {
         announce_image_size(at_.epoch);
         train_.start_epoch(at_.epoch, at_.samples_in_epoch);
+        end_ = epoch_end(samples_, at_.samples_in_epoch, config_.whole_steps_of());
+        if (at_.samples_in_epoch == end_) {  // resumed past the epoch's last whole step
+          end_epoch_without_a_step();
+          continue;
+        }
         const int64_t epoch = at_.epoch;
         while (at_.epoch == epoch && at_.step < total_ && !at_.target_reached)
           if (!step()) return result_;
@@ -168,13 +182,32 @@ class TrainingLoop {
                                 config_.ema_every_steps * config_.images_per_step());
   }
 
+  // drop_last, resumed at another batch with less than one of its steps left in the epoch (Note
+  // [The last partial step]): the epoch ends where it resumed, and evaluates if it is its turn.
+  void end_epoch_without_a_step() {
+    const int64_t epoch = at_.epoch;
+    at_ = {at_.step, epoch + 1, 0};
+    if (val_ && config_.eval_every_epochs > 0 && (epoch + 1) % config_.eval_every_epochs == 0)
+      evaluate(epoch);
+  }
+
+  // Note [Data order that skews training]: judged over the run's first steps, if it reaches them.
+  void start_order_check() {
+    if (!config_.check_data_order) return;
+    const int64_t global = config_.images_per_step();
+    const int64_t window =
+        data_order_window(config_.num_classes, config_.world_size, global,
+                          steps_left(epoch_end(samples_, 0, config_.whole_steps_of()), 0, global));
+    if (window > 0 && at_.step + window <= total_)
+      order_check_.emplace(config_.num_classes, window, config_.epoch_order == EpochOrder::kByNode);
+  }
+
   // Micro-batches in a step of `step_images` from where the epoch is, as the source deals them:
   // full ones, then the rest, which takes a last single image along (step_samples).
   int64_t micro_batches_in(int64_t step_images) const {
     int64_t count = 0;
     for (int64_t taken = 0; taken < step_images; ++count)
-      taken +=
-          step_samples(samples_, at_.samples_in_epoch + taken, config_.images_per_micro_batch());
+      taken += step_samples(end_, at_.samples_in_epoch + taken, config_.images_per_micro_batch());
     return count;
   }
 
@@ -191,6 +224,7 @@ class TrainingLoop {
     if (at_.samples_in_epoch == 0 && rows == 0)
       write_preview(trainer_, batch, "input/train", at_.step, metrics_);
     rows += batch.labels.size(0);
+    if (order_check_) order_check_->add(batch);
     if (trace_) trace_->write(at_.epoch, at_.step, batch.ids);
     return batch;
   }
@@ -199,7 +233,7 @@ class TrainingLoop {
   // signal ended training (after a checkpoint).
   bool step() {
     const int64_t epoch = at_.epoch, global = config_.images_per_step();
-    const int64_t step_images = step_samples(samples_, at_.samples_in_epoch, global);
+    const int64_t step_images = step_samples(end_, at_.samples_in_epoch, global);
     const double lr = schedule_.at(epoch * samples_ + at_.samples_in_epoch, step_images);
     StepInputs inputs;
     inputs.lr = lr;
@@ -210,10 +244,15 @@ class TrainingLoop {
     const at::Tensor loss = trainer_.step(inputs, [&] { return next_micro_batch(rows); });
     interval_.add(loss, rows, step_images);
     if (++steps_this_run_ == 1) log_startup(trainer_, loss, at_.step + 1, metrics_);
+    if (order_check_ && order_check_->end_step()) {
+      order_check_->judge(trainer_.group());
+      order_check_.reset();
+    }
     ++at_.step;
     at_.samples_in_epoch += step_images;
-    const double epoch_fraction = static_cast<double>(at_.samples_in_epoch) / samples_;
-    const bool epoch_done = at_.samples_in_epoch == samples_;
+    const bool epoch_done = at_.samples_in_epoch == end_;
+    const double epoch_fraction =
+        epoch_done ? 1.0 : static_cast<double>(at_.samples_in_epoch) / samples_;
     if (epoch_done) at_ = {at_.step, epoch + 1, 0};
     const int64_t step = at_.step;
     if (step % config_.log_every_steps == 0 || step == total_)
@@ -332,6 +371,7 @@ class TrainingLoop {
   MetricsLog& metrics_;
   SampleTrace* trace_;
   const int64_t samples_;  // images in a training epoch
+  int64_t end_ = 0;        // where the current epoch ends (Note [The last partial step])
   const LrSchedule schedule_;
   IntervalLog interval_;
   Progress at_;
@@ -341,6 +381,7 @@ class TrainingLoop {
   bool eval_previewed_ = false;
   std::function<int64_t()> stop_vote_;  // the ranks' stop flags summed since the last step
   FitResult result_;
+  std::optional<DataOrderCheck> order_check_;  // until judged
 };
 
 }  // namespace

@@ -60,7 +60,7 @@ std::string describe_plan(Config config, int world_size, int64_t train_images) {
   USER_CHECK(images >= c.images_per_micro_batch(), "an epoch of ", images,
              " images is less than one micro-batch of every rank (", c.images_per_micro_batch(),
              "). Fix: fewer ranks, or a smaller batch_size or global_batch");
-  const int64_t per_epoch = steps_left(images, 0, step);
+  const int64_t per_epoch = steps_left(epoch_end(images, 0, c.whole_steps_of()), 0, step);
   int64_t total = per_epoch * c.epochs;
   if (c.max_steps > 0) total = std::min(total, c.max_steps);
   const LrScheduleOptions lr = lr_schedule_options(c);
@@ -76,7 +76,11 @@ std::string describe_plan(Config config, int world_size, int64_t train_images) {
   line("images per GPU per step", std::to_string(c.micro_batches() * c.micro_batch_size()));
   line("images per step", step_text(c));
   line("training images", fmt::format("{} ({})", images, images_from));
-  line("steps per epoch", std::to_string(per_epoch));
+  line("steps per epoch",
+       std::to_string(per_epoch) +
+           (c.drop_last && images % step != 0
+                ? fmt::format(" (drop_last: the last {} images not trained)", images % step)
+                : ""));
   line("warmup steps", fmt::format("{} ({} epochs)", warmup, c.warmup_epochs));
   line("total steps",
        fmt::format("{} ({} epochs{})", total, c.epochs,

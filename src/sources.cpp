@@ -51,6 +51,7 @@ std::unique_ptr<BatchSource> make_tfrecord_source(const Config& config, c10::Dev
   o.shuffle_buffer = config.shuffle_buffer;
   o.epoch_order = config.epoch_order;
   o.repetitions = config.repeated_augmentation;
+  o.whole_steps_of = config.whole_steps_of();
   o.index_cache_dir = config.index_cache_dir;
   o.fail_on_bad_record = config.bad_record_policy == BadRecordPolicy::kFail;
   o.max_bad_fraction = config.max_bad_fraction;
@@ -93,7 +94,8 @@ Sources make_sources(const Config& config, c10::Device device, int rank, int loc
                              config.seed,
                              rank,
                              config.world_size,
-                             progressive_image_sizes(config)};
+                             progressive_image_sizes(config),
+                             config.whole_steps_of()};
     sources.train = std::make_unique<SyntheticSource>(options, device);
     return sources;
   }
@@ -115,8 +117,8 @@ Sources make_sources(const Config& config, c10::Device device, int rank, int loc
   GeneratedDatasetOptions data{config.generated_classes, config.generated_train_images,
                                sizes ? sizes->largest() : config.image_size, config.seed};
   MemorySourceOptions train{config.micro_batch_size(),
-                            /*training=*/true,         config.seed, device.is_cuda(), rank,
-                            config.world_size,         sizes};
+                            /*training=*/true,         config.seed, device.is_cuda(),       rank,
+                            config.world_size,         sizes,       config.whole_steps_of()};
   if (!config.evaluate_only)
     sources.train = std::make_unique<MemorySource>(generate_labelled_images(data), train);
   data.images = config.generated_val_images;

@@ -6,13 +6,18 @@
 //   augment_parity_tool space POLICY HEIGHT WIDTH
 //   augment_parity_tool boxcrop WIDTH HEIGHT COUNT SEED MIN_COVERED MIN_AREA MAX_AREA
 //                       [XMIN YMIN XMAX YMAX]...
+//   augment_parity_tool centre IN.jpg RESIZE CROP OUT.png
 // `space` prints one line per op: NAME SIGNED BIN..., each bin as a C99 hex float (exact).
+// `centre` decodes a JPEG as the evaluation does (data/transforms/augment.h: the shorter side to
+// RESIZE, the centred CROP x CROP; decoded at a DCT scale, then resized), for tests of the resize.
 // `boxcrop` prints COUNT crops of distorted_bounding_box_crop (data/transforms/augment.h), one
 // per seed mix_seed(SEED, i), as "X Y WIDTH HEIGHT" lines; the other arguments keep the MLPerf
 // reference's (aspect 0.75-1.33, 100 attempts).
 // Images are RGB PNGs (OpenCV's BGR is converted at the edges).
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 #include <string>
@@ -45,7 +50,8 @@ int usage() {
                "       augment_parity_tool erase TOP LEFT HEIGHT WIDTH IN OUT\n"
                "       augment_parity_tool space POLICY HEIGHT WIDTH\n"
                "       augment_parity_tool boxcrop W H COUNT SEED MIN_COVERED MIN_AREA MAX_AREA "
-               "[XMIN YMIN XMAX YMAX]...\n";
+               "[XMIN YMIN XMAX YMAX]...\n"
+               "       augment_parity_tool centre IN.jpg RESIZE CROP OUT\n";
   return 2;
 }
 
@@ -105,6 +111,22 @@ int main(int argc, char** argv) {
           distorted_bounding_box_crop(image, {boxes.data(), boxes.size()}, rng, options);
       std::printf("%d %d %d %d\n", c.x, c.y, c.width, c.height);
     }
+    return 0;
+  }
+  if (mode == "centre" && argc == 6) {
+    std::ifstream in(argv[2], std::ios::binary);
+    const std::string jpeg{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    TransformOptions options;
+    options.training = false;
+    options.val_resize = std::stoi(argv[3]);
+    options.image_size = std::stoi(argv[4]);
+    cv::Mat out(options.image_size, options.image_size, CV_8UC3);
+    std::string error;
+    if (!transform_image(jpeg, options, 0, out.data, &error)) {
+      std::cerr << argv[2] << ": " << error << "\n";
+      return 1;
+    }
+    write_rgb(argv[5], out);
     return 0;
   }
   return usage();

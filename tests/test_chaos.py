@@ -62,6 +62,7 @@ from pathlib import Path
 
 import pytest
 
+from chaos_history import trained_per_epoch
 from conftest import ROOT, binary, descendants, kill_tree
 
 PYTHON = Path(sys.executable)
@@ -873,17 +874,9 @@ class Run:
         # Every image trained exactly once per epoch, across all restarts.
         rounds = self.rounds()
         check(rounds, "no round logged its world")
-        last = {}
-        for path in self.trace.glob("rank-*.txt"):
-            rank = int(path.stem.split("-")[1])
-            for line in path.read_text().splitlines():
-                epoch, step, *ids = map(int, line.split())
-                last[rank, step] = (epoch, ids)
-        epochs = defaultdict(Counter)
-        for (rank, step), (epoch, ids) in last.items():
-            world = [w for first, w in rounds if first <= step][-1]
-            if rank < world:
-                epochs[epoch].update(ids)
+        epochs = trained_per_epoch(
+            {int(path.stem.split("-")[1]): path.read_text().splitlines()
+             for path in self.trace.glob("rank-*.txt")}, rounds)
         check(sorted(epochs) == list(range(s.epochs)),
               f"epochs traced: {sorted(epochs)}, expected 0..{s.epochs - 1}")
         for epoch, counts in sorted(epochs.items()):

@@ -173,3 +173,28 @@ def test_fixed_global_batch_is_the_same_step_at_any_world_size(launch, data, tmp
     assert sorted(lrs) == sorted(expected)
     for s, lr in expected.items():
         assert lrs[s] == pytest.approx(lr, rel=1e-7), f"step {s}"
+
+
+@pytest.mark.parametrize("launch", ["mpirun"], indirect=True)
+@pytest.mark.parametrize("last_batch, epoch0, steps", [(5, 98, 31), (13, 88, 16)])
+def test_drop_last_across_resizes_trains_each_record_at_most_once(launch, data, tmp_path,
+                                                                 last_batch, epoch0, steps):
+    """drop_last with the resizes above, epoch 0 resumed at image 88 on 1 rank: of 5, it trains
+    two whole steps and leaves the last 2 images out; of 13, none is whole and the epoch ends
+    there. Epoch 1 then trains in whole steps (all 100 images of 5; 91 of 13). No record is
+    trained twice, and the run ends where whole steps end."""
+    out_dir, trace = tmp_path / "run", tmp_path / "trace"
+    legs = [(2, 4, 5), (3, 4, 9), (1, last_batch, 0)]
+    logs = [launch(ranks, train_args(data, out_dir, batch, "--drop_last", "true", "--max_steps",
+                                     max_steps), trace) for ranks, batch, max_steps in legs]
+    assert "image 88 of 100" in logs[2], logs[2]
+    per_epoch = IMAGES // last_batch
+    assert f"100 images and {per_epoch} steps per epoch" in logs[2], logs[2]
+    assert f"{steps} steps in all" in logs[2] and f"after {steps} steps" in logs[2], logs[2]
+    # Epoch 0 is evaluated where it ends: after its two steps, or at once where none is whole.
+    assert f"eval epoch 1 step {9 if last_batch == 13 else 11} |" in logs[2], logs[2]
+    epochs = trained_ids(trace)
+    assert sorted(epochs) == [0, 1]
+    for epoch, counts in epochs.items():
+        assert set(counts.values()) == {1}, f"epoch {epoch}: an id trained twice"
+    assert len(epochs[0]) == epoch0 and len(epochs[1]) == per_epoch * last_batch

@@ -134,7 +134,7 @@ def suite_files():
 
 # One test file is still over the rule, held at its length until it is split: the chaos test's
 # scenario runner.
-LONG_TESTS = {"tests/test_chaos.py": 1158}
+LONG_TESTS = {"tests/test_chaos.py": 1151}
 
 
 def test_no_test_file_is_over_400_lines():

@@ -77,7 +77,9 @@ def test_a_recipe_on_two_nodes_shrinks_its_micro_batch():
     assert field(out, "micro-batch per GPU") == 128, out
     assert "batch_size 256 shrunk to fit global_batch 2048 on 16 ranks" in out
     assert field(out, "images per step") == 2048
-    assert field(out, "steps per epoch") == -(-1281167 // 2048)  # ImageNet-1k's, rounded up
+    # ImageNet-1k's, the last partial step dropped as DLE's loader drops it (drop_last).
+    assert field(out, "steps per epoch") == 1281167 // 2048
+    assert "(drop_last: the last 1167 images not trained)" in out
     assert "peak learning rate        2.048 " in out  # DLE's 0.256 per 256 images x 2048 / 256
     # 160 ranks: 12 images each, 1,920 a step, the nearest below 2,048, and said so.
     code, out = plan(ROOT / "configs" / "recipes" / "dle-90-epochs.toml", 160)

@@ -186,3 +186,26 @@ def test_deviations_comment_and_table_agree_both_ways():
     assert any("no deviation entry" in p for p in compare("example", {}, {}, bullets))
     table["missing"]["other"] = {"deviation": "y", "recipe_says": "not in the comment"}
     assert any("in no bullet" in p for p in compare("example", {}, table, bullets))
+
+
+# Keys that change which images a step or a GPU trains: never a mere deployment setting.
+SAMPLING_KEYS = ("epoch_order", "drop_last", "repeated_augmentation", "global_batch",
+                 "batch_size", "shuffle_buffer")
+# The sources whose training loader drops the epoch's last partial batch (the table cites each).
+DROP_LAST = ("ffcv-", "dle-", "mlperf-")
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=recipe_id)
+def test_what_each_rank_trains_is_the_sources_or_declared(recipe):
+    """A sampling key is the source's value or a deviation; the last partial batch is dropped
+    exactly where the source drops it; the resize kernel's difference is declared."""
+    settings = tomllib.loads(recipe.read_text())
+    table = TABLE[recipe.stem]
+    for key in SAMPLING_KEYS:
+        if key in settings:
+            assert "deployment" not in table[key], f"{recipe.stem}: {key} changes what is " \
+                "trained: the source's value or a deviation, not a deployment setting"
+    drops = recipe.stem.startswith(DROP_LAST)
+    assert settings.get("drop_last", False) is drops, \
+        f"{recipe.stem}: drop_last must be {drops}, as the source's training loader"
+    assert "resize" in table.get("missing", {}), f"{recipe.stem}: the resize kernel is not declared"

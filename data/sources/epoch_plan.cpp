@@ -149,9 +149,11 @@ std::vector<int64_t> rank_plan(const RecordTable& table, const PlanOptions& o, i
                                int64_t position) {
   TORCH_INTERNAL_ASSERT(o.world_size > 0 && o.rank >= 0 && o.rank < o.world_size);
   TORCH_INTERNAL_ASSERT(o.batch_size > 0);
-  const std::vector<int64_t> order = global_order(table, o, epoch);
-  if (o.training)
+  std::vector<int64_t> order = global_order(table, o, epoch);
+  if (o.training) {
+    order.resize(static_cast<size_t>(epoch_end(table.total(), position, o.whole_steps_of)));
     return rank_samples(order, position, o.batch_size, o.rank, o.world_size, o.repetitions);
+  }
   // Evaluation: slices of total / world, the first total % world one longer.
   const int64_t base = table.total() / o.world_size, extra = table.total() % o.world_size;
   const int64_t begin = o.rank * base + std::min<int64_t>(o.rank, extra);

@@ -14,10 +14,10 @@ namespace trainer {
 // records shuffled within their block, then a shuffle buffer mixes neighbouring blocks. Each step
 // takes the next global batch of that order and deals it to the ranks (Note [Elastic epoch order]
 // in data/sources/step_shares.h), so every rank runs the same number of steps, the epoch's last
-// step is short rather than dropping records, and a rank's share of a step is a few runs of
-// contiguous records, read in multi-MB blocks. Evaluation: the records in file order, cut into
-// `world` contiguous slices whose sizes differ by at most one; each record is seen exactly once
-// across ranks, nothing is padded, and the last batch is short.
+// step is short rather than dropping records (unless drop_last), and a rank's share of a step is
+// a few runs of contiguous records, read in multi-MB blocks. Evaluation: the records in file
+// order, cut into `world` contiguous slices whose sizes differ by at most one; each record is
+// seen exactly once across ranks, nothing is padded, and the last batch is short.
 
 // Note [Records by node]
 // epoch_order = by_node keeps the records each node reads the same every epoch, so that after the
@@ -60,6 +60,9 @@ struct PlanOptions {
   int world_size = 1;
   EpochOrder order = EpochOrder::kGlobal;  // training: Note [Records by node]
   int64_t repetitions = 1;  // training: copies of each record shown (Note [Repeated augmentation])
+  // Training, drop_last: the epoch ends at its last whole step of this many records (Note [The
+  // last partial step] in data/sources/step_shares.h); 0: its last step takes what is left.
+  int64_t whole_steps_of = 0;
 };
 
 // The record an entry of an order holds, and which of its copies it is.

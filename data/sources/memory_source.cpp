@@ -49,10 +49,11 @@ void MemorySource::start_epoch(int64_t epoch, int64_t position) {
   auto generator = at::make_generator<at::CPUGeneratorImpl>(
       options_.seed + 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(epoch + 1));
   const at::Tensor permutation = at::randperm(m, generator, longs);
+  const int64_t end = epoch_end(m, position, options_.whole_steps_of);
   const std::vector<int64_t> order(permutation.data_ptr<int64_t>(),
-                                   permutation.data_ptr<int64_t>() + m);
+                                   permutation.data_ptr<int64_t>() + end);
   order_ = at::tensor(rank_samples(order, position, b, options_.rank, options_.world_size), longs);
-  batches_left_ = steps_left(m, position, b * options_.world_size);
+  batches_left_ = steps_left(end, position, b * options_.world_size);
 }
 
 Batch MemorySource::next_batch() {

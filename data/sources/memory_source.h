@@ -23,6 +23,9 @@ struct MemorySourceOptions {
   int world_size = 1;       // number of shards
   // Training: each epoch's image size; the images are held at its largest and resized down.
   std::optional<ImageSizeSchedule> image_sizes;
+  // Training, drop_last: each epoch ends at its last whole step of this many images (Note [The
+  // last partial step] in data/sources/step_shares.h); 0: its last step takes what is left.
+  int64_t whole_steps_of = 0;
 };
 
 class MemorySource : public BatchSource {

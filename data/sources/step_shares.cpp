@@ -6,6 +6,12 @@
 
 namespace trainer {
 
+int64_t epoch_end(int64_t samples, int64_t position, int64_t whole_steps_of) {
+  TORCH_INTERNAL_ASSERT(whole_steps_of >= 0 && position >= 0);
+  if (whole_steps_of == 0 || position >= samples) return samples;
+  return position + (samples - position) / whole_steps_of * whole_steps_of;
+}
+
 int64_t step_samples(int64_t samples, int64_t position, int64_t global_batch) {
   const int64_t left = std::max<int64_t>(samples - position, 0);
   // A single sample left after this step would be a step of its own: it joins this one.

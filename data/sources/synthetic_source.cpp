@@ -33,15 +33,16 @@ int64_t SyntheticSource::samples_per_epoch() const {
 void SyntheticSource::start_epoch(int64_t epoch, int64_t position) {
   image_size_ = options_.image_sizes ? options_.image_sizes->at(epoch) : options_.image_size;
   position_ = position;
+  end_ = epoch_end(samples_per_epoch(), position, options_.whole_steps_of);
 }
 
 int64_t SyntheticSource::batches_left() const {
-  return steps_left(samples_per_epoch(), position_, options_.batch_size * options_.world_size);
+  return steps_left(end_, position_, options_.batch_size * options_.world_size);
 }
 
 Batch SyntheticSource::next_batch() {
   const int64_t global = options_.batch_size * options_.world_size;
-  const int64_t n = step_samples(samples_per_epoch(), position_, global);
+  const int64_t n = step_samples(end_, position_, global);
   TORCH_INTERNAL_ASSERT(n > 0, "next_batch() called past the end of the epoch");
   position_ += n;
   const int64_t rows = share_of(n, options_.batch_size, options_.rank, options_.world_size).count;

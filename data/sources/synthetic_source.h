@@ -21,6 +21,9 @@ struct SyntheticOptions {
   int rank = 0;
   int world_size = 1;
   std::optional<ImageSizeSchedule> image_sizes;  // each epoch's size (progressive resizing)
+  // drop_last: each epoch ends at its last whole step of this many images (Note [The last
+  // partial step] in data/sources/step_shares.h); 0: its last step takes what is left.
+  int64_t whole_steps_of = 0;
 };
 
 class SyntheticSource : public BatchSource {
@@ -37,6 +40,7 @@ class SyntheticSource : public BatchSource {
   at::Tensor labels_;       // (rows) int64 on the device
   int64_t image_size_ = 0;  // this epoch's (Note [Image size per epoch])
   int64_t position_ = 0;    // samples into the epoch
+  int64_t end_ = 0;         // where the epoch ends (epoch_end)
 };
 
 }  // namespace trainer

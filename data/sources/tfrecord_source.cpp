@@ -121,14 +121,23 @@ void TFRecordSource::start_epoch(int64_t epoch, int64_t position) {
   e->repetitions = o.training ? o.repetitions : 1;
   RecordTable table({});
   table.first_record = first_record_;
-  PlanOptions plan{o.training,       o.seed,          o.batch_size,
-                   o.shuffle_buffer, o.block_records, o.rank,
-                   o.world_size,     o.epoch_order,   o.training ? o.repetitions : 1};
+  PlanOptions plan{o.training,
+                   o.seed,
+                   o.batch_size,
+                   o.shuffle_buffer,
+                   o.block_records,
+                   o.rank,
+                   o.world_size,
+                   o.epoch_order,
+                   o.training ? o.repetitions : 1,
+                   o.training ? o.whole_steps_of : 0};
   TORCH_INTERNAL_ASSERT(o.training || position == 0, "evaluation always starts at 0");
   e->plan = rank_plan(table, plan, epoch, position);
   const int64_t b = o.batch_size, planned = static_cast<int64_t>(e->plan.size());
-  e->batch_count =
-      o.training ? steps_left(total_records(), position, b * o.world_size) : (planned + b - 1) / b;
+  e->batch_count = o.training
+                       ? steps_left(epoch_end(total_records(), position, plan.whole_steps_of),
+                                    position, b * o.world_size)
+                       : (planned + b - 1) / b;
   e->epoch_records = o.training ? total_records() / o.world_size : planned;
   e->slots.resize(e->plan.size());
 

@@ -43,6 +43,9 @@ struct TFRecordSourceOptions {
   // Training: copies of each record an epoch shows, each on another rank with its own
   // augmentation (Note [Repeated augmentation] in data/sources/epoch_plan.h); 1: off.
   int64_t repetitions = 1;
+  // Training, drop_last: each epoch ends at its last whole step of this many records (Note [The
+  // last partial step] in data/sources/step_shares.h); 0: its last step takes what is left.
+  int64_t whole_steps_of = 0;
   int64_t block_records = 64;       // records per read; ImageNet: ~7 MB
   std::string index_cache_dir;      // where index files go when the data folder is read-only
   bool fail_on_bad_record = false;  // false: skip (and count) bad records
