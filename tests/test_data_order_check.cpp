@@ -1,7 +1,8 @@
 // The data order check (Note [Data order that skews training] in src/data_order_check.h) on the
 // epochs' real plans: records stored in class order are caught under either epoch order (a rank's
-// share under by_node, a step's batch under global), shuffled ones pass, also at ImageNet's 1,000
-// classes with a small per-GPU batch; a lone rank's DataOrderCheck judges as its figures say.
+// classes under by_node; its runs of steps or its steps under global), shuffled ones pass, also at
+// ImageNet's 1,000 classes with a small per-GPU batch; the window's size; a lone rank's
+// DataOrderCheck judges as its figures say.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
