@@ -25,7 +25,9 @@ class ProcessGroup;
 // steps, and each batch, holds a few classes, and batch norm and the gradient see one class at a
 // time. The check counts the labels of distinct records over the run's first window of steps (the
 // same steps on every rank), cut into kWindowParts runs of steps, and asks two questions, each
-// against what a random order gives:
+// against what a random order gives (Note [How the data order is judged]).
+
+// Note [How the data order is judged]
 // - Where a class is trained: Pearson's X^2 of the rank's class counts (n images) against those of
 //   every rank together (N images of K classes; one all-reduce of kWindowParts x num_classes
 //   counts), and the same of each of the rank's parts. A random order gives about

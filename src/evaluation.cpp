@@ -61,14 +61,14 @@ void write_eval_preview(Trainer& trainer, BatchSource& val, int64_t step, Metric
   if (val.batches_left() > 0) write_preview(trainer, val.next_batch(), "input/eval", step, metrics);
 }
 
-EvalResult evaluate_only(Trainer& trainer, const Config& config, BatchSource& val,
+EvalResult evaluate_only(Trainer& trainer, const StartOptions& options, BatchSource& val,
                          MetricsLog& metrics) {
-  const bool from_init = !config.init_weights.empty();
+  const bool from_init = !options.init_weights.empty();
   const fs::path path =
-      from_init ? fs::path(config.init_weights) : checkpoint_to_evaluate(config, trainer.group());
+      from_init ? fs::path(options.init_weights) : checkpoint_to_evaluate(options, trainer.group());
   const std::string key = from_init ? "init_weights" : "resume";
   const WeightsFile file = read_weights_file(path, key);
-  check_variant(file, config.blurpool, key, /*strict=*/true);
+  check_variant(file, options.blurpool, key, /*strict=*/true);
   trainer.load_weights(file.tensors, key + " = '" + path.string() + "'",
                        /*keep_new_classifier=*/false);
   check_same_classes({file.classes, path.string()}, trainer.classes(), WeightsUse::kEvaluate);

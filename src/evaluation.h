@@ -5,8 +5,8 @@
 #include <string>
 
 #include "data/sources/batch_source.h"
-#include "src/config.h"
 #include "src/report/metrics_log.h"
+#include "src/run_start.h"
 #include "src/train/trainer.h"
 
 namespace trainer {
@@ -25,7 +25,7 @@ void write_eval_preview(Trainer& trainer, BatchSource& val, int64_t step, Metric
 
 // Evaluates `val` once with the weights of init_weights, else of the checkpoint `resume` names
 // (FILE, or with auto the newest in output_dir), and records the result. Every rank loads them.
-EvalResult evaluate_only(Trainer& trainer, const Config& config, BatchSource& val,
+EvalResult evaluate_only(Trainer& trainer, const StartOptions& options, BatchSource& val,
                          MetricsLog& metrics);
 
 }  // namespace trainer

@@ -15,11 +15,9 @@
 #include "data/sources/step_shares.h"
 #include "src/data_order_check.h"
 #include "src/evaluation.h"
-#include "src/part_options.h"
 #include "src/report/interval_log.h"
 #include "src/report/process_stats.h"
 #include "src/run_start.h"
-#include "src/sources.h"
 #include "src/train/lr_schedule.h"
 #include "src/train/step_profile.h"
 #include "src/train/weight_average.h"
@@ -48,38 +46,22 @@ void log_startup(const Trainer& trainer, const at::Tensor& loss, int64_t step,
                 {{"step", step}, {"seconds_to_first_step", seconds}, {"bytes_read", bytes}});
 }
 
-// With global_batch set: how this world size reaches it (Note [Fixed global batch]).
-void log_accumulation(const Config& config) {
-  if (config.global_batch == 0) return;
-  if (config.cuda_graph && config.micro_batches() > 1)
-    spdlog::info(
-        "cuda_graph is off for this run: a step is {} micro-batches per rank, and the graph "
-        "records a step of one (global_batch <= batch_size x ranks makes it one)",
-        config.micro_batches());
-  const int64_t micro = config.micro_batch_size();
-  const std::string how =
-      std::to_string(config.micro_batches()) + " micro-batch(es) of " + std::to_string(micro) +
-      " images per rank and step on " + std::to_string(config.world_size) + " rank(s)" +
-      (micro < config.batch_size
-           ? " (batch_size " + std::to_string(config.batch_size) + " shrunk to fit global_batch)"
-           : "");
-  if (config.images_per_step() == config.global_batch)
-    spdlog::info("global batch {} kept: {}", config.global_batch, how);
-  else
-    spdlog::warn(
-        "global_batch = {} is not a multiple of micro-batch x ranks = {}: steps of {} images, the "
-        "nearest below ({}). Fix: a global_batch that every expected world size divides",
-        config.global_batch, config.images_per_micro_batch(), config.images_per_step(), how);
+// What epoch_end takes for a step's images: with drop_last, a step's; else 0 (no whole steps).
+int64_t whole_steps_of(const FitOptions& options) {
+  return options.drop_last ? options.images_per_step : 0;
+}
+
+// Optimisation steps in an epoch of `samples` images started from its beginning.
+int64_t steps_per_epoch(const FitOptions& options, int64_t samples) {
+  return steps_left(epoch_end(samples, 0, whole_steps_of(options)), 0, options.images_per_step);
 }
 
 // Optimisation steps from `at` to the end of training (max_steps aside).
-int64_t steps_to_end(const Config& config, const Progress& at, int64_t samples_per_epoch) {
-  if (at.epoch >= config.epochs) return 0;
-  const int64_t global = config.images_per_step(), whole = config.whole_steps_of();
-  const int64_t end = epoch_end(samples_per_epoch, at.samples_in_epoch, whole);
-  return steps_left(end, at.samples_in_epoch, global) +
-         (config.epochs - at.epoch - 1) *
-             steps_left(epoch_end(samples_per_epoch, 0, whole), 0, global);
+int64_t steps_to_end(const FitOptions& options, const Progress& at, int64_t samples_per_epoch) {
+  if (at.epoch >= options.epochs) return 0;
+  const int64_t end = epoch_end(samples_per_epoch, at.samples_in_epoch, whole_steps_of(options));
+  return steps_left(end, at.samples_in_epoch, options.images_per_step) +
+         (options.epochs - at.epoch - 1) * steps_per_epoch(options, samples_per_epoch);
 }
 
 // Note [A stop at any step]
@@ -111,33 +93,33 @@ int64_t steps_to_end(const Config& config, const Progress& at, int64_t samples_p
 // Runs the epochs from a resume point to the end (or max_steps, or a stop signal).
 class TrainingLoop {
  public:
-  TrainingLoop(Trainer& trainer, const Config& config, BatchSource& train, BatchSource* val,
+  TrainingLoop(Trainer& trainer, const FitOptions& options, BatchSource& train, BatchSource* val,
                MetricsLog& metrics, SampleTrace* trace)
       : trainer_(trainer),
-        config_(config),
+        options_(options),
         train_(train),
         val_(val),
         metrics_(metrics),
         trace_(trace),
         samples_(train.samples_per_epoch()),
-        schedule_(lr_schedule_options(config), samples_),
-        interval_(interval_log_options(config), trainer.device()) {}
+        schedule_(options.schedule, samples_),
+        interval_(options.interval, trainer.device()) {}
 
   FitResult run() {
+    const StartOptions& start = options_.start;
     if (trainer_.is_rank0())
-      if (int n = remove_unfinished_checkpoints(checkpoint_dir(config_)))
+      if (int n = remove_unfinished_checkpoints(start.checkpoint_dir))
         spdlog::warn("removed {} unfinished checkpoint file(s) left in {} by a killed writer", n,
-                     checkpoint_dir(config_).string());
-    at_ = resume(trainer_, config_, samples_, schedule_);
-    total_ = at_.step + steps_to_end(config_, at_, samples_);
-    if (config_.max_steps > 0) total_ = std::min(total_, config_.max_steps);
-    log_accumulation(config_);
+                     start.checkpoint_dir.string());
+    at_ = resume(trainer_, start, samples_, schedule_);
+    total_ = at_.step + steps_to_end(options_, at_, samples_);
+    if (options_.max_steps > 0) total_ = std::min(total_, options_.max_steps);
     start_order_check();
-    const int64_t global = config_.images_per_step();
+    const int64_t global = options_.images_per_step;
     spdlog::info(
         "{} images and {} steps per epoch{}, {} steps in all, peak lr {:.5f} (global batch {})",
-        samples_, steps_left(epoch_end(samples_, 0, config_.whole_steps_of()), 0, global),
-        config_.drop_last && samples_ % global != 0
+        samples_, steps_per_epoch(options_, samples_),
+        options_.drop_last && samples_ % global != 0
             ? " (drop_last: the last " + std::to_string(samples_ % global) + " not trained)"
             : "",
         total_, schedule_.peak(), global);
@@ -145,17 +127,17 @@ class TrainingLoop {
       // Events a killed run wrote after the checkpoint (steps > at_.step) are trained again: drop
       // them. From scratch, drop everything an earlier run in this folder wrote.
       tensorboard->session_start(at_.step == 0 ? 0 : at_.step + 1);
-      tensorboard->text("config", at_.step, "    " + indent(config_to_toml(config_)));
+      tensorboard->text("config", at_.step, "    " + indent(options_.resolved_config));
     }
     try {
       if (at_.eval_pending && val_) evaluate(at_.epoch - 1);  // stopped before it ran
       if (at_.target_reached)
         spdlog::info("target_top1 {}% was reached at step {}: nothing left to train",
-                     config_.target_top1, at_.step);
-      while (at_.epoch < config_.epochs && at_.step < total_ && !at_.target_reached) {
+                     options_.target_top1, at_.step);
+      while (at_.epoch < options_.epochs && at_.step < total_ && !at_.target_reached) {
         announce_image_size(at_.epoch);
         train_.start_epoch(at_.epoch, at_.samples_in_epoch);
-        end_ = epoch_end(samples_, at_.samples_in_epoch, config_.whole_steps_of());
+        end_ = epoch_end(samples_, at_.samples_in_epoch, whole_steps_of(options_));
         if (at_.samples_in_epoch == end_) {  // resumed past the epoch's last whole step
           end_epoch_without_a_step();
           continue;
@@ -177,9 +159,9 @@ class TrainingLoop {
  private:
   // Whether the EMA update of the step after `trained` images copies the weights.
   bool ema_copies(int64_t trained) const {
-    return config_.ema_warmup_reset &&
+    return options_.ema_warmup_reset &&
            warmup_update_copies(schedule_, trained,
-                                config_.ema_every_steps * config_.images_per_step());
+                                options_.ema_every_steps * options_.images_per_step);
   }
 
   // drop_last, resumed at another batch with less than one of its steps left in the epoch (Note
@@ -187,19 +169,18 @@ class TrainingLoop {
   void end_epoch_without_a_step() {
     const int64_t epoch = at_.epoch;
     at_ = {at_.step, epoch + 1, 0};
-    if (val_ && config_.eval_every_epochs > 0 && (epoch + 1) % config_.eval_every_epochs == 0)
+    if (val_ && options_.eval_every_epochs > 0 && (epoch + 1) % options_.eval_every_epochs == 0)
       evaluate(epoch);
   }
 
   // Note [Data order that skews training]: judged over the run's first steps, if it reaches them.
   void start_order_check() {
-    if (!config_.check_data_order) return;
-    const int64_t global = config_.images_per_step();
+    if (!options_.check_data_order) return;
     const int64_t window =
-        data_order_window(config_.num_classes, config_.world_size, global,
-                          steps_left(epoch_end(samples_, 0, config_.whole_steps_of()), 0, global));
+        data_order_window(options_.num_classes, options_.world_size, options_.images_per_step,
+                          steps_per_epoch(options_, samples_));
     if (window > 0 && at_.step + window <= total_)
-      order_check_.emplace(config_.num_classes, window, config_.epoch_order == EpochOrder::kByNode);
+      order_check_.emplace(options_.num_classes, window, options_.by_node);
   }
 
   // Micro-batches in a step of `step_images` from where the epoch is, as the source deals them:
@@ -207,7 +188,7 @@ class TrainingLoop {
   int64_t micro_batches_in(int64_t step_images) const {
     int64_t count = 0;
     for (int64_t taken = 0; taken < step_images; ++count)
-      taken += step_samples(end_, at_.samples_in_epoch + taken, config_.images_per_micro_batch());
+      taken += step_samples(end_, at_.samples_in_epoch + taken, options_.images_per_micro_batch);
     return count;
   }
 
@@ -232,7 +213,7 @@ class TrainingLoop {
   // One optimisation step and what follows it: logs, evaluation, checkpoint. False when a stop
   // signal ended training (after a checkpoint).
   bool step() {
-    const int64_t epoch = at_.epoch, global = config_.images_per_step();
+    const int64_t epoch = at_.epoch, global = options_.images_per_step;
     const int64_t step_images = step_samples(end_, at_.samples_in_epoch, global);
     const double lr = schedule_.at(epoch * samples_ + at_.samples_in_epoch, step_images);
     StepInputs inputs;
@@ -255,17 +236,17 @@ class TrainingLoop {
         epoch_done ? 1.0 : static_cast<double>(at_.samples_in_epoch) / samples_;
     if (epoch_done) at_ = {at_.step, epoch + 1, 0};
     const int64_t step = at_.step;
-    if (step % config_.log_every_steps == 0 || step == total_)
+    if (step % options_.log_every_steps == 0 || step == total_)
       result_.final_loss = interval_.flush(
           trainer_, train_, {epoch, epoch_fraction, step, total_, lr, image_size_}, metrics_);
-    const bool eval_now = val_ && config_.eval_every_epochs > 0 && epoch_done &&
-                          (epoch + 1) % config_.eval_every_epochs == 0;
+    const bool eval_now = val_ && options_.eval_every_epochs > 0 && epoch_done &&
+                          (epoch + 1) % options_.eval_every_epochs == 0;
     at_.eval_pending = eval_now;  // until evaluate() has run: a checkpoint before carries it over
     if (stop_agreed(step)) {
       spdlog::warn("signal {} received: checkpointing at step {} and stopping{}",
                    stop_signal_number(), step,
                    eval_now ? " (the epoch's evaluation runs when the run resumes)" : "");
-      save(trainer_, config_, at_, samples_);
+      save(trainer_, options_.start, at_, samples_);
       metrics_.flush();
       result_.steps = step;
       result_.stopped = true;
@@ -273,8 +254,8 @@ class TrainingLoop {
     }
     if (eval_now || (val_ && step == total_)) evaluate(epoch);
     if (epoch_done || step == total_ ||
-        (config_.checkpoint_every_steps > 0 && step % config_.checkpoint_every_steps == 0))
-      save(trainer_, config_, at_, samples_);
+        (options_.checkpoint_every_steps > 0 && step % options_.checkpoint_every_steps == 0))
+      save(trainer_, options_.start, at_, samples_);
     return true;
   }
 
@@ -298,13 +279,13 @@ class TrainingLoop {
     ProcessGroup* group = trainer_.group();
     if (!group || group->size() == 1) {
       spdlog::warn("{}: checkpointing at step {} and stopping", stop.what(), at_.step);
-      save(trainer_, config_, at_, samples_);
+      save(trainer_, options_.start, at_, samples_);
       metrics_.flush();
       result_.steps = at_.step;
       result_.stopped = true;
       return result_;
     }
-    const auto newest = newest_checkpoint(checkpoint_dir(config_));
+    const auto newest = newest_checkpoint(options_.start.checkpoint_dir);
     throw StopRequested(detail::concat(
         stop.what(), "; no checkpoint written at step ", at_.step,
         ": the other ranks cannot join one while this rank has no batch. The run resumes from ",
@@ -317,13 +298,13 @@ class TrainingLoop {
   // convolutions' shapes, so it times its algorithms again by itself once for each new size, on
   // that size's first steps, and reuses them from then on.
   void announce_image_size(int64_t epoch) {
-    const int64_t size = train_image_size(config_, epoch);
-    if (config_.progressive_resize() && image_size_ == 0)
+    const std::optional<ImageSizeSchedule>& sizes = options_.image_sizes;
+    const int64_t size = sizes ? sizes->at(epoch) : options_.image_size;
+    if (sizes && image_size_ == 0)
       spdlog::info("epoch {}: training crop {} px (progressive resizing {} -> {} px, epochs {}-{})",
-                   epoch + 1, size, config_.progressive_resize_min_size,
-                   config_.progressive_resize_max_size, config_.progressive_resize_start_epoch + 1,
-                   config_.progressive_resize_end_epoch + 1);
-    else if (config_.progressive_resize() && size != image_size_)
+                   epoch + 1, size, sizes->min_size, sizes->max_size, sizes->start_epoch + 1,
+                   sizes->end_epoch + 1);
+    else if (sizes && size != image_size_)
       spdlog::info("epoch {}: training crop {} -> {} px", epoch + 1, image_size_, size);
     image_size_ = size;
   }
@@ -334,8 +315,8 @@ class TrainingLoop {
     eval_previewed_ = true;
     result_.final_eval = run_eval(trainer_, *val_, epoch, at_.step, metrics_);
     at_.eval_pending = false;
-    if (config_.target_top1 > 0 && !at_.target_reached &&
-        result_.final_eval.top1() >= config_.target_top1)
+    if (options_.target_top1 > 0 && !at_.target_reached &&
+        result_.final_eval.top1() >= options_.target_top1)
       reached_target(epoch);
     metrics_.flush();
   }
@@ -348,12 +329,12 @@ class TrainingLoop {
     spdlog::info(
         "target_top1 {}% reached: top-1 {:.2f}% at epoch {}, step {}; time to accuracy {:.1f} s "
         "from this run's launch{}",
-        config_.target_top1, result_.final_eval.top1(), epoch + 1, at_.step, seconds,
+        options_.target_top1, result_.final_eval.top1(), epoch + 1, at_.step, seconds,
         steps_this_run_ < at_.step ? " (it resumed from a checkpoint: add the earlier runs')" : "");
     metrics_.write("target", {{"epoch", epoch + 1},
                               {"step", at_.step},
                               {"top1", result_.final_eval.top1()},
-                              {"target_top1", config_.target_top1},
+                              {"target_top1", options_.target_top1},
                               {"seconds", seconds}});
   }
 
@@ -365,7 +346,7 @@ class TrainingLoop {
   }
 
   Trainer& trainer_;
-  const Config& config_;
+  const FitOptions& options_;
   BatchSource& train_;
   BatchSource* val_;
   MetricsLog& metrics_;
@@ -386,9 +367,9 @@ class TrainingLoop {
 
 }  // namespace
 
-FitResult fit(Trainer& trainer, const Config& config, BatchSource& train, BatchSource* val,
+FitResult fit(Trainer& trainer, const FitOptions& options, BatchSource& train, BatchSource* val,
               MetricsLog& metrics, SampleTrace* trace) {
-  return TrainingLoop(trainer, config, train, val, metrics, trace).run();
+  return TrainingLoop(trainer, options, train, val, metrics, trace).run();
 }
 
 }  // namespace trainer

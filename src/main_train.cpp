@@ -69,6 +69,30 @@ void report_benchmark(const BenchmarkResult& r, const Config& config, MetricsLog
                               {"steps", r.steps}});
 }
 
+// With global_batch set: how this world size reaches it (Note [Fixed global batch]).
+void log_accumulation(const Config& config) {
+  if (config.global_batch == 0) return;
+  if (config.cuda_graph && config.micro_batches() > 1)
+    spdlog::info(
+        "cuda_graph is off for this run: a step is {} micro-batches per rank, and the graph "
+        "records a step of one (global_batch <= batch_size x ranks makes it one)",
+        config.micro_batches());
+  const int64_t micro = config.micro_batch_size();
+  const std::string how =
+      std::to_string(config.micro_batches()) + " micro-batch(es) of " + std::to_string(micro) +
+      " images per rank and step on " + std::to_string(config.world_size) + " rank(s)" +
+      (micro < config.batch_size
+           ? " (batch_size " + std::to_string(config.batch_size) + " shrunk to fit global_batch)"
+           : "");
+  if (config.images_per_step() == config.global_batch)
+    spdlog::info("global batch {} kept: {}", config.global_batch, how);
+  else
+    spdlog::warn(
+        "global_batch = {} is not a multiple of micro-batch x ranks = {}: steps of {} images, the "
+        "nearest below ({}). Fix: a global_batch that every expected world size divides",
+        config.global_batch, config.images_per_micro_batch(), config.images_per_step(), how);
+}
+
 // Rank 0 logs the world once: hosts, ranks per host, GPUs, and what NCCL chose.
 void log_world(const ProcessGroup& group, c10::Device device, const std::string& nccl) {
   std::map<std::string, int> ranks_per_host;
@@ -97,10 +121,8 @@ void configure_process(const ProcessGroup& group, const Environment& env) {
 // Joins the job the launcher started, and validates `config` once, at its world size (filled in
 // with what else the launcher says of the run).
 std::unique_ptr<ProcessGroup> join_job(Config& config, const Environment& env) {
-  // Before validation: the process group needs only the collective timeout, checked here.
-  USER_CHECK(config.collective_timeout_s > 0,
-             "config key 'collective_timeout_s' = ", config.collective_timeout_s,
-             " is invalid: must be > 0 seconds");
+  // Before the rules that need the world size: the process group needs the collective timeout.
+  validate_keys(config);
   auto group =
       std::make_unique<ProcessGroup>(env, std::chrono::seconds(config.collective_timeout_s));
   config.world_size = group->size();
@@ -149,7 +171,7 @@ int run(int argc, char** argv, std::unique_ptr<ProcessGroup>& group) {
   Sources sources = make_sources(config, device, group->rank(), group->local_size());
   Trainer trainer(trainer_setup, device, group.get());
   if (config.evaluate_only) {
-    evaluate_only(trainer, config, *sources.val, metrics);
+    evaluate_only(trainer, start_options(config), *sources.val, metrics);
     return 0;
   }
   if (config.benchmark) {
@@ -159,8 +181,9 @@ int run(int argc, char** argv, std::unique_ptr<ProcessGroup>& group) {
   }
   std::optional<SampleTrace> trace;
   if (!env.sample_trace_dir.empty()) trace.emplace(env.sample_trace_dir, group->rank());
-  FitResult result =
-      fit(trainer, config, *sources.train, sources.val.get(), metrics, trace ? &*trace : nullptr);
+  log_accumulation(config);
+  FitResult result = fit(trainer, fit_options(config), *sources.train, sources.val.get(), metrics,
+                         trace ? &*trace : nullptr);
   if (result.stopped) return 128 + stop_signal_number();
   if (result.final_eval.images > 0)
     spdlog::info("final: top-1 {:.2f}%, top-5 {:.2f}% on {} held-out images after {} steps",

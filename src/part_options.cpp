@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "base/user_error.h"
+#include "src/sources.h"
 #include "src/train/weight_average.h"
 
 namespace trainer {
@@ -107,6 +108,49 @@ IntervalLogOptions interval_log_options(const Config& c) { return {c.epochs}; }
 BenchmarkOptions benchmark_options(const Config& c) {
   return {c.benchmark_warmup_steps, c.benchmark_steps, c.micro_batch_size(),
           lr_schedule_options(c)};
+}
+
+StartOptions start_options(const Config& c) {
+  StartOptions o;
+  o.checkpoint_dir = std::filesystem::path(c.output_dir) / "checkpoints";
+  o.resume = c.resume;
+  o.init_weights = c.init_weights;
+  o.elastic = c.elastic;
+  o.restart_count = c.restart_count;
+  o.blurpool = c.blurpool;
+  o.num_classes = c.num_classes;
+  o.classifier_only = c.trainable == Trainable::kClassifier;
+  o.keep_checkpoints = c.keep_checkpoints;
+  o.world_size = c.world_size;
+  o.images_per_step = c.images_per_step();
+  o.base_lr = c.base_lr;
+  return o;
+}
+
+FitOptions fit_options(const Config& c) {
+  FitOptions o;
+  o.epochs = c.epochs;
+  o.max_steps = c.max_steps;
+  o.images_per_step = c.images_per_step();
+  o.images_per_micro_batch = c.images_per_micro_batch();
+  o.drop_last = c.drop_last;
+  o.log_every_steps = c.log_every_steps;
+  o.eval_every_epochs = c.eval_every_epochs;
+  o.checkpoint_every_steps = c.checkpoint_every_steps;
+  o.target_top1 = c.target_top1;
+  o.ema_warmup_reset = c.ema_warmup_reset;
+  o.ema_every_steps = c.ema_every_steps;
+  o.check_data_order = c.check_data_order;
+  o.num_classes = c.num_classes;
+  o.world_size = c.world_size;
+  o.by_node = c.epoch_order == EpochOrder::kByNode;
+  o.image_size = c.image_size;
+  o.image_sizes = progressive_image_sizes(c);
+  o.schedule = lr_schedule_options(c);
+  o.interval = interval_log_options(c);
+  o.start = start_options(c);
+  o.resolved_config = config_to_toml(c);
+  return o;
 }
 
 }  // namespace trainer

@@ -4,7 +4,9 @@
 
 #include "src/benchmark.h"
 #include "src/config.h"
+#include "src/fit.h"
 #include "src/report/interval_log.h"
+#include "src/run_start.h"
 #include "src/train/lr_schedule.h"
 #include "src/train/trainer.h"
 
@@ -14,5 +16,7 @@ TrainerOptions trainer_options(const Config& config);
 LrScheduleOptions lr_schedule_options(const Config& config);
 IntervalLogOptions interval_log_options(const Config& config);
 BenchmarkOptions benchmark_options(const Config& config);
+StartOptions start_options(const Config& config);
+FitOptions fit_options(const Config& config);
 
 }  // namespace trainer

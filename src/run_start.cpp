@@ -17,10 +17,6 @@
 namespace trainer {
 namespace fs = std::filesystem;
 
-fs::path checkpoint_dir(const Config& config) {
-  return fs::path(config.output_dir) / "checkpoints";
-}
-
 namespace {
 
 // Now in UTC as 20261123T203800Z: sorts by time, and is a valid file name everywhere.
@@ -59,30 +55,30 @@ void move_aside_checkpoints_after(const fs::path& dir, int64_t step, const std::
 }
 
 // Rank 0's decision: what to start from, and the step of the own checkpoint.
-std::pair<StartKind, int64_t> decide_start(const Config& config) {
-  const fs::path dir = checkpoint_dir(config);
+std::pair<StartKind, int64_t> decide_start(const StartOptions& options) {
+  const fs::path dir = options.checkpoint_dir;
   const std::optional<fs::path> newest = newest_checkpoint(dir);
-  if (newest && (config.resume == "auto" || config.elastic))
+  if (newest && (options.resume == "auto" || options.elastic))
     return {StartKind::kOwnCheckpoint, checkpoint_step(*newest)};
-  if (config.resume == "none" || config.resume == "auto") {
-    move_aside_checkpoints_after(dir, 0, "resume = " + config.resume + " starts from scratch");
+  if (options.resume == "none" || options.resume == "auto") {
+    move_aside_checkpoints_after(dir, 0, "resume = " + options.resume + " starts from scratch");
     return {StartKind::kScratch, 0};
   }
-  USER_CHECK(fs::is_regular_file(config.resume), "resume = '", config.resume,
+  USER_CHECK(fs::is_regular_file(options.resume), "resume = '", options.resume,
              "' is not a checkpoint file. Fix: resume = auto (newest in output_dir), none, or ",
              "the path of a checkpoint-*.pt");
-  const fs::path file(config.resume);
+  const fs::path file(options.resume);
   const int64_t step = is_checkpoint_file_name(file) ? checkpoint_step(file) : 0;
-  move_aside_checkpoints_after(dir, step, "resume = " + config.resume);
+  move_aside_checkpoints_after(dir, step, "resume = " + options.resume);
   return {StartKind::kFile, 0};
 }
 
 // The checkpoint every rank resumes from (Note [Where a run starts]); collective.
-std::optional<fs::path> resume_path(const Config& config, ProcessGroup* group) {
+std::optional<fs::path> resume_path(const StartOptions& options, ProcessGroup* group) {
   const bool rank0 = !group || group->rank() == 0;
   at::Tensor decision = at::zeros({2}, at::kLong);
   if (rank0) {
-    const auto [kind, step] = decide_start(config);
+    const auto [kind, step] = decide_start(options);
     decision[0] = static_cast<int64_t>(kind);
     decision[1] = step;
   }
@@ -90,8 +86,8 @@ std::optional<fs::path> resume_path(const Config& config, ProcessGroup* group) {
   const auto kind = static_cast<StartKind>(decision[0].item<int64_t>());
   if (kind == StartKind::kScratch) return std::nullopt;
   const fs::path path = kind == StartKind::kFile
-                            ? fs::path(config.resume)
-                            : checkpoint_path(checkpoint_dir(config), decision[1].item<int64_t>());
+                            ? fs::path(options.resume)
+                            : checkpoint_path(options.checkpoint_dir, decision[1].item<int64_t>());
   USER_CHECK(fs::is_regular_file(path), "rank 0 resumes from ", path.string(),
              ", which this rank does not see. Fix: output_dir (and resume) must be on a file ",
              "system every rank shares, e.g. /fsx/runs");
@@ -99,32 +95,32 @@ std::optional<fs::path> resume_path(const Config& config, ProcessGroup* group) {
 }
 
 // A fresh start from init_weights, when set: its weights, with the optimizer and schedule new.
-void load_init_weights(Trainer& trainer, const Config& config) {
-  if (config.init_weights.empty()) return;
-  const WeightsFile file = read_weights_file(config.init_weights, "init_weights");
-  check_variant(file, config.blurpool, "init_weights", /*strict=*/false);
+void load_init_weights(Trainer& trainer, const StartOptions& options) {
+  if (options.init_weights.empty()) return;
+  const WeightsFile file = read_weights_file(options.init_weights, "init_weights");
+  check_variant(file, options.blurpool, "init_weights", /*strict=*/false);
   const bool new_classifier = trainer.load_weights(
-      file.tensors, "init_weights = '" + config.init_weights + "'", /*keep_new_classifier=*/true);
+      file.tensors, "init_weights = '" + options.init_weights + "'", /*keep_new_classifier=*/true);
   // A new classifier learns the data's classes from scratch; a kept one must mean the same ones.
   if (!new_classifier)
-    check_same_classes({file.classes, config.init_weights}, trainer.classes(),
+    check_same_classes({file.classes, options.init_weights}, trainer.classes(),
                        WeightsUse::kInitialise);
-  spdlog::info("starting from {} in {}{}", file.description, config.init_weights,
+  spdlog::info("starting from {} in {}{}", file.description, options.init_weights,
                new_classifier ? "; the classifier is re-initialised for num_classes = " +
-                                    std::to_string(config.num_classes) + " (the file's has " +
+                                    std::to_string(options.num_classes) + " (the file's has " +
                                     std::to_string(file.tensors.at("fc.weight").size(0)) + ")"
                               : "");
 }
 
 }  // namespace
 
-Progress resume(Trainer& trainer, const Config& config, int64_t samples_per_epoch,
+Progress resume(Trainer& trainer, const StartOptions& options, int64_t samples_per_epoch,
                 const LrSchedule& schedule) {
-  const std::optional<fs::path> path = resume_path(config, trainer.group());
-  if (config.trainable == Trainable::kClassifier)
+  const std::optional<fs::path> path = resume_path(options, trainer.group());
+  if (options.classifier_only)
     spdlog::info("linear probe: only the classifier trains; the other layers stay as loaded");
   if (!path) {
-    load_init_weights(trainer, config);
+    load_init_weights(trainer, options);
     return {};
   }
   const Checkpoint checkpoint = load_checkpoint(*path);
@@ -133,16 +129,16 @@ Progress resume(Trainer& trainer, const Config& config, int64_t samples_per_epoc
   Progress at = checkpoint.progress;
   spdlog::info("resumed from {}: epoch {}, image {} of {}, step {}{}{}", path->string(),
                at.epoch + 1, at.samples_in_epoch, samples_per_epoch, at.step,
-               config.restart_count > 0
-                   ? " (restart " + std::to_string(config.restart_count) + " by the elastic agent)"
+               options.restart_count > 0
+                   ? " (restart " + std::to_string(options.restart_count) + " by the elastic agent)"
                    : "",
-               config.init_weights.empty() ? "" : " (init_weights only starts a new run)");
-  if (checkpoint.world_size != config.world_size ||
-      checkpoint.global_batch != config.images_per_step())
+               options.init_weights.empty() ? "" : " (init_weights only starts a new run)");
+  if (checkpoint.world_size != options.world_size ||
+      checkpoint.global_batch != options.images_per_step)
     spdlog::info(
         "resized: world size {} -> {}, global batch {} -> {}, peak lr {:.5f} -> {:.5f}",
-        checkpoint.world_size, config.world_size, checkpoint.global_batch, config.images_per_step(),
-        config.base_lr * static_cast<double>(checkpoint.global_batch) / 256.0, schedule.peak());
+        checkpoint.world_size, options.world_size, checkpoint.global_batch, options.images_per_step,
+        options.base_lr * static_cast<double>(checkpoint.global_batch) / 256.0, schedule.peak());
   if (checkpoint.samples_per_epoch != samples_per_epoch) {
     spdlog::warn(
         "the training data holds {} images, the checkpoint's run had {}: the rest of epoch {} is "
@@ -153,30 +149,31 @@ Progress resume(Trainer& trainer, const Config& config, int64_t samples_per_epoc
   return at;
 }
 
-void save(Trainer& trainer, const Config& config, const Progress& at, int64_t samples_per_epoch) {
+void save(Trainer& trainer, const StartOptions& options, const Progress& at,
+          int64_t samples_per_epoch) {
   trainer.sync_buffers();
   if (!trainer.is_rank0()) return;
-  const fs::path path = checkpoint_path(checkpoint_dir(config), at.step);
+  const fs::path path = checkpoint_path(options.checkpoint_dir, at.step);
   Checkpoint checkpoint = trainer.checkpoint(at);
   checkpoint.samples_per_epoch = samples_per_epoch;
   save_checkpoint(checkpoint, path);
-  prune_checkpoints(checkpoint_dir(config), config.keep_checkpoints);
+  prune_checkpoints(options.checkpoint_dir, options.keep_checkpoints);
   spdlog::info("checkpoint {}", path.string());
 }
 
-fs::path checkpoint_to_evaluate(const Config& config, ProcessGroup* group) {
-  if (config.resume != "auto" && config.resume != "none") return config.resume;
+fs::path checkpoint_to_evaluate(const StartOptions& options, ProcessGroup* group) {
+  if (options.resume != "auto" && options.resume != "none") return options.resume;
   at::Tensor step = at::full({1}, -1, at::kLong);
-  if ((!group || group->rank() == 0) && config.resume == "auto")
-    if (const auto newest = newest_checkpoint(checkpoint_dir(config)))
+  if ((!group || group->rank() == 0) && options.resume == "auto")
+    if (const auto newest = newest_checkpoint(options.checkpoint_dir))
       step[0] = checkpoint_step(*newest);
   if (group) group->broadcast_(step, /*root=*/0);
   USER_CHECK(step[0].item<int64_t>() >= 0, "evaluate_only has no weights: init_weights is unset ",
              "and ",
-             config.resume == "none" ? "resume = none"
-                                     : "no checkpoint is in " + checkpoint_dir(config).string(),
+             options.resume == "none" ? "resume = none"
+                                      : "no checkpoint is in " + options.checkpoint_dir.string(),
              ". Fix: init_weights = FILE (a state dict or a checkpoint), or resume = a checkpoint");
-  return checkpoint_path(checkpoint_dir(config), step[0].item<int64_t>());
+  return checkpoint_path(options.checkpoint_dir, step[0].item<int64_t>());
 }
 
 }  // namespace trainer

@@ -186,7 +186,7 @@ TEST(Distributed, UnevenShardsRunEqualStepsAndFinish) {
   EXPECT_EQ(per_rank[0], (100 + global - 1) / global);  // the last step short, nothing dropped
   Trainer trainer(trainer_options(c), torch::kCPU, g_group);
   MetricsLog metrics("");
-  FitResult result = fit(trainer, c, *sources.train, nullptr, metrics);
+  FitResult result = fit(trainer, fit_options(c), *sources.train, nullptr, metrics);
   for (double steps : g_group->allgather(double(result.steps))) EXPECT_EQ(steps, 2 * per_rank[0]);
   if (g_group->rank() == 0) std::filesystem::remove_all(c.output_dir);  // the allgather: all done
 }

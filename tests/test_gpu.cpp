@@ -186,7 +186,7 @@ Checkpoint train_on_gpu_to(Config c, int64_t steps) {
   Sources sources = make_sources(c, device);
   Trainer trainer(trainer_options(c), device);
   MetricsLog metrics("");
-  fit(trainer, c, *sources.train, sources.val.get(), metrics);
+  fit(trainer, fit_options(c), *sources.train, sources.val.get(), metrics);
   EXPECT_GT(trainer.graph_replays(), 0) << "to step " << steps;
   return load_checkpoint(
       checkpoint_path(std::filesystem::path(c.output_dir) / "checkpoints", steps));

@@ -19,9 +19,10 @@ import time
 
 import pytest
 
-from test_chaos import (BIN, MPI_ENV, TORCHRUN, bins, free_port, kill_tree,  # noqa: F401
-                        log_time, operator_env, pytorchjob, toml, traced_step,
-                        worker_container)
+from chaos_jobs import (BIN, MPI_ENV, TORCHRUN, free_port, log_time, operator_env, pytorchjob,
+                        toml, traced_step, worker_container)
+from conftest import kill_tree
+from test_chaos import bins  # noqa: F401 (a fixture)
 
 SIGKILL_TIMEOUT_S = 20  # the MPIJob's odls_base_sigkill_timeout (k8s/base/mpijob.yaml)
 LOG_EVERY = 500  # slower than the shipped configs' 100: a long run's log interval

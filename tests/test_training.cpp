@@ -38,7 +38,7 @@ TEST(Training, LossFallsAndAccuracyBeatsChance) {
   const EvalResult before = trainer.evaluate(*sources.val);
   sources.train->start_epoch(0);
   const double first_loss = trainer.train_step(sources.train->next_batch(), 0.01).item<double>();
-  FitResult result = fit(trainer, c, *sources.train, sources.val.get(), metrics);
+  FitResult result = fit(trainer, fit_options(c), *sources.train, sources.val.get(), metrics);
   EXPECT_LT(result.final_loss, 0.5 * first_loss);
   EXPECT_GT(result.final_eval.top1(), 60.0)
       << "chance is 25%; before training " << before.top1() << "%";
@@ -58,7 +58,7 @@ TensorMap train_to(const Config& base, int64_t steps) {
   Sources sources = make_sources(c, torch::kCPU);
   Trainer trainer(trainer_options(c), torch::kCPU);
   MetricsLog metrics("");
-  fit(trainer, c, *sources.train, nullptr, metrics);
+  fit(trainer, fit_options(c), *sources.train, nullptr, metrics);
   return state_dict(*trainer.model());
 }
 
@@ -77,7 +77,8 @@ TEST(Training, ALastStepOfOneImageMoreIsOneBatch) {
     Sources sources = make_sources(c, torch::kCPU, 0);
     Trainer trainer(trainer_options(c), torch::kCPU);
     MetricsLog metrics("");
-    const FitResult result = fit(trainer, c, *sources.train, sources.val.get(), metrics);
+    const FitResult result =
+        fit(trainer, fit_options(c), *sources.train, sources.val.get(), metrics);
     EXPECT_EQ(result.steps, global_batch == 0 ? 4 : 2) << "global_batch " << global_batch;
   }
 }
@@ -123,7 +124,7 @@ TEST(Training, TargetTop1StopsAtTheFirstEvaluationThatReachesIt) {
     Trainer trainer(trainer_options(c), torch::kCPU);
     fs::create_directories(c.output_dir);
     MetricsLog metrics(fs::path(c.output_dir) / "metrics.jsonl");
-    result = fit(trainer, c, *sources.train, sources.val.get(), metrics);
+    result = fit(trainer, fit_options(c), *sources.train, sources.val.get(), metrics);
   }
   ASSERT_TRUE(result.target_reached);
   EXPECT_LT(result.steps, 24);
@@ -139,7 +140,7 @@ TEST(Training, TargetTop1StopsAtTheFirstEvaluationThatReachesIt) {
   const size_t logged = metric_events(c, "train").size();
   Trainer again(trainer_options(c), torch::kCPU);
   MetricsLog metrics(fs::path(c.output_dir) / "metrics.jsonl");
-  const FitResult relaunch = fit(again, c, *sources.train, sources.val.get(), metrics);
+  const FitResult relaunch = fit(again, fit_options(c), *sources.train, sources.val.get(), metrics);
   EXPECT_EQ(relaunch.steps, result.steps);
   EXPECT_EQ(metric_events(c, "train").size(), logged);
   EXPECT_EQ(metric_events(c, "target").size(), 1u);
@@ -154,7 +155,7 @@ TEST(Training, FlipEvaluationScoresAnImageAndItsMirrorAlike) {
   Sources sources = make_sources(c, torch::kCPU);
   Trainer trained(trainer_options(c), torch::kCPU);
   MetricsLog metrics("");
-  fit(trained, c, *sources.train, nullptr, metrics);
+  fit(trained, fit_options(c), *sources.train, nullptr, metrics);
   torch::manual_seed(3);
   LabelledImages noise{torch::randint(0, 256, {200, c.image_size, c.image_size, 3}, torch::kByte),
                        torch::randint(0, c.num_classes, {200}, torch::kLong)};

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cstring>
 #include <set>
+#include <utility>
 
+#include "base/bounded_wait.h"
 #include "base/seed.h"
 #include "base/user_error.h"
 #include "data/formats/tfrecord/file.h"
@@ -20,35 +22,95 @@ std::set<std::pair<std::string, int64_t>> logged;  // (file, offset) already war
 
 }  // namespace
 
+TFRecordEpoch::TFRecordEpoch(const EpochResources& resources, EpochWork work)
+    : shared_(resources), options_(resources.options), work_(std::move(work)) {
+  slots_.resize(work_.plan.size());
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (int r = 0; r < options_.reader_threads; ++r) start_thread([this, r] { read_chunks(r); });
+  for (int w = 0; w < options_.decode_threads; ++w) start_thread([this] { decode_loop(); });
+}
+
+Batch TFRecordEpoch::next_batch() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const int64_t index = next_batch_;
+  TORCH_INTERNAL_ASSERT(index < work_.batch_count, "next_batch() called past the end of the epoch");
+  if (rows_of(index) == 0) {
+    // This rank's share of the epoch's short last step is empty (Note [Elastic epoch order]).
+    ++next_batch_;
+    const int64_t s = work_.image_size;
+    const auto longs = at::TensorOptions().dtype(at::kLong);
+    return {at::empty({0, s, s, 3}, at::TensorOptions().dtype(at::kByte)), at::empty({0}, longs),
+            at::empty({0}, longs)};
+  }
+  bounded_wait(
+      batch_done_, lock,
+      [&] {
+        if (error_) return true;
+        auto it = batches_.find(index);
+        return it != batches_.end() && it->second.remaining == 0;
+      },
+      options_.wait_timeout,
+      detail::concat("batch ", index + 1, " of ", work_.batch_count, " (epoch ", work_.epoch + 1,
+                     ") from the input threads reading ", options_.files.front(), " ..."));
+  if (error_) std::rethrow_exception(error_);
+  PendingBatch done = std::move(batches_[index]);
+  batches_.erase(index);
+  ++next_batch_;
+  window_moved_.notify_all();
+  return {done.images, done.labels, done.ids};
+}
+
+int64_t TFRecordEpoch::bad_records() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return bad_;
+}
+
+int TFRecordEpoch::stop() {
+  int blocked = 0;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    stop_ = true;
+    slot_ready_.notify_all();
+    window_moved_.notify_all();
+    if (!thread_ended_.wait_for(lock, kThreadEndTimeout, [&] { return running_ == 0; }))
+      blocked = running_;
+  }
+  // A reader blocked in a read that never returns (a hung network file system) would block a
+  // join forever: its threads are left to the process's exit.
+  for (auto& t : threads_) blocked > 0 ? t.detach() : t.join();
+  threads_.clear();
+  return blocked;
+}
+
 void TFRecordEpoch::fail(std::exception_ptr e) {
-  if (!error) error = e;
-  stop = true;
-  slot_ready.notify_all();
-  window_moved.notify_all();
-  batch_done.notify_all();
+  if (!error_) error_ = e;
+  stop_ = true;
+  slot_ready_.notify_all();
+  window_moved_.notify_all();
+  batch_done_.notify_all();
 }
 
 void TFRecordEpoch::read_chunks(int reader) {
   std::vector<uint8_t> buffer;
   std::unique_ptr<ReadFile> file;
   try {
-    for (size_t c = reader; c < chunks.size(); c += options.reader_threads) {
-      const Chunk& chunk = chunks[c];
+    for (size_t c = reader; c < work_.chunks.size(); c += options_.reader_threads) {
+      const Chunk& chunk = work_.chunks[c];
       std::vector<Slot> results(chunk.members.size());
       {
         // Read ahead of the decoders by one batch more than they may run ahead of the consumer.
-        std::unique_lock<std::mutex> lock(mutex);
-        window_moved.wait(lock, [&] {
-          return stop || in_window(chunk.first_position, options.prefetch_batches + 1);
+        std::unique_lock<std::mutex> lock(mutex_);
+        window_moved_.wait(lock, [&] {
+          return stop_ || in_window(chunk.first_position, options_.prefetch_batches + 1);
         });
-        if (stop) return;
-        auto& spare = shared.spare_payloads;
+        if (stop_) return;
+        auto& spare = shared_.spare_payloads;
         for (size_t m = 0; m < results.size() && !spare.empty(); ++m) {
           results[m].payload = std::move(spare.back());
           spare.pop_back();
         }
       }
-      const std::string& path = options.files[chunk.file];
+      const std::string& path = options_.files[chunk.file];
       if (!file || file->path() != path) {
         file = std::make_unique<ReadFile>(path);
         file->advise_sequential(chunk.begin, file->size() - chunk.begin);
@@ -56,7 +118,7 @@ void TFRecordEpoch::read_chunks(int reader) {
       buffer.resize(static_cast<size_t>(chunk.end - chunk.begin));
       const int64_t got = file->read_at(chunk.begin, buffer.data(), chunk.end - chunk.begin);
       for (size_t m = 0; m < chunk.members.size(); ++m) {
-        const IndexEntry& e = shared.indexes[chunk.file][chunk.members[m].second];
+        const IndexEntry& e = shared_.indexes[chunk.file][chunk.members[m].second];
         const int64_t at = e.offset - chunk.begin;
         std::string_view payload;
         int64_t size = 0;
@@ -72,34 +134,34 @@ void TFRecordEpoch::read_chunks(int reader) {
                                describe(status, buffer.data() + at, available)};
         }
       }
-      std::lock_guard<std::mutex> lock(mutex);
+      std::lock_guard<std::mutex> lock(mutex_);
       for (size_t m = 0; m < chunk.members.size(); ++m)
-        slots[chunk.members[m].first] = std::move(results[m]);
-      slot_ready.notify_all();
+        slots_[chunk.members[m].first] = std::move(results[m]);
+      slot_ready_.notify_all();
     }
   } catch (...) {
-    std::lock_guard<std::mutex> lock(mutex);
+    std::lock_guard<std::mutex> lock(mutex_);
     fail(std::current_exception());
   }
 }
 
 void TFRecordEpoch::record_bad(const Damage& damage) {
-  const std::string& path = options.files[damage.file];
+  const std::string& path = options_.files[damage.file];
   const std::string where = path + " at byte " + std::to_string(damage.offset);
-  if (options.fail_on_bad_record)
+  if (options_.fail_on_bad_record)
     throw UserError("bad record in " + where + ": " + damage.reason +
                     " (bad_record_policy = fail; set it to skip to drop such records)");
-  ++bad;
+  ++bad_;
   {
     std::lock_guard<std::mutex> log_lock(logged_mutex);
     if (logged.insert({path, damage.offset}).second)
       spdlog::warn("skipping bad record in {}: {}", where, damage.reason);
   }
-  const double limit = options.max_bad_fraction * static_cast<double>(epoch_records);
-  if (static_cast<double>(bad) > limit)
+  const double limit = options_.max_bad_fraction * static_cast<double>(work_.epoch_records);
+  if (static_cast<double>(bad_) > limit)
     throw UserError(detail::concat(
-        bad, " bad records in epoch ", epoch, " (the last in ", where, ": ", damage.reason,
-        ") exceed max_bad_fraction = ", options.max_bad_fraction, " of ", epoch_records,
+        bad_, " bad records in epoch ", work_.epoch, " (the last in ", where, ": ", damage.reason,
+        ") exceed max_bad_fraction = ", options_.max_bad_fraction, " of ", work_.epoch_records,
         " records. Fix: verify the data with verify-tfrecords"));
 }
 
@@ -109,13 +171,13 @@ void TFRecordEpoch::finish_batch(int64_t index, PendingBatch& batch) {
   for (int64_t r = 0; r < rows; ++r)
     if (!batch.bad[r]) good.push_back(r);
   if (static_cast<int64_t>(good.size()) == rows) return;
-  USER_CHECK(!good.empty(), "every record of batch ", index, " of epoch ", epoch,
+  USER_CHECK(!good.empty(), "every record of batch ", index, " of epoch ", work_.epoch,
              " is bad; the data is damaged. Fix: verify it with verify-tfrecords");
   const int64_t row_bytes = batch.images[0].numel();
   auto* pixels = batch.images.data_ptr<uint8_t>();
   auto* labels = batch.labels.data_ptr<int64_t>();
   auto* ids = batch.ids.data_ptr<int64_t>();
-  if (options.training) {  // keep the batch full: stand in another image of the same batch
+  if (options_.training) {  // keep the batch full: stand in another image of the same batch
     for (int64_t r = 0, k = 0; r < rows; ++r) {
       if (!batch.bad[r]) continue;
       const int64_t from = good[k++ % good.size()];
@@ -149,29 +211,29 @@ void TFRecordEpoch::finish_batch(int64_t index, PendingBatch& batch) {
 // serve every epoch, nothing is allocated when the size changes, and the pinned blocks are all of
 // one size (the caching allocator keeps every block it made; a set per size would add up).
 at::Tensor TFRecordEpoch::image_buffer(int64_t rows) {
-  const int64_t s = image_size, largest = shared.largest_image_size;
+  const int64_t s = work_.image_size, largest = shared_.largest_image_size;
   const int64_t capacity = rows * largest * largest * 3;  // bytes
-  const auto bytes = at::TensorOptions().dtype(at::kByte).pinned_memory(options.pin_memory);
+  const auto bytes = at::TensorOptions().dtype(at::kByte).pinned_memory(options_.pin_memory);
   auto batch_view = [&](const at::Tensor& flat) {
     return flat.narrow(0, 0, rows * s * s * 3).view({rows, s, s, 3});
   };
-  if (options.pin_memory) return batch_view(at::empty({capacity}, bytes));
-  auto& pool = shared.image_pool;
+  if (options_.pin_memory) return batch_view(at::empty({capacity}, bytes));
+  auto& pool = shared_.image_pool;
   for (const at::Tensor& t : pool)  // held by the pool alone: no batch or view still uses it
     if (t.use_count() == 1 && t.storage().use_count() == 1 && t.numel() == capacity)
       return batch_view(t);
   at::Tensor fresh = at::empty({capacity}, bytes);
-  if (static_cast<int64_t>(pool.size()) < options.prefetch_batches + 4) pool.push_back(fresh);
+  if (static_cast<int64_t>(pool.size()) < options_.prefetch_batches + 4) pool.push_back(fresh);
   return batch_view(fresh);
 }
 
 Damage TFRecordEpoch::decode(int64_t p, const Slot& slot, Decoder& decoder, uint8_t* out,
                              int64_t* label_out) {
   if (slot.state != Slot::kReady) return slot.damage;
-  const int64_t record = this->record(p);
-  const auto& first = shared.first_record;
+  const int64_t record = work_.record(p);
+  const auto& first = shared_.first_record;
   const int file = std::upper_bound(first.begin(), first.end(), record) - first.begin() - 1;
-  Damage damage{file, shared.indexes[file][record - first[file]].offset, ""};
+  Damage damage{file, shared_.indexes[file][record - first[file]].offset, ""};
   std::string_view encoded;
   int64_t label = 0;
   std::string& message = decoder.error;
@@ -182,27 +244,27 @@ Damage TFRecordEpoch::decode(int64_t p, const Slot& slot, Decoder& decoder, uint
                             want_boxes ? &decoder.boxes : nullptr)) {
     // The layout named: a record of another layout is "missing" the features this one reads.
     damage.reason =
-        detail::concat(message, " (record_layout = ", layout_name(options.record_layout), ")");
-  } else if (label - options.label_offset < 0 ||
-             label - options.label_offset >= options.num_classes) {
-    damage.reason = detail::concat("label ", label, " minus label_offset ", options.label_offset,
-                                   " is outside [0, num_classes = ", options.num_classes, ")");
+        detail::concat(message, " (record_layout = ", layout_name(options_.record_layout), ")");
+  } else if (label - options_.label_offset < 0 ||
+             label - options_.label_offset >= options_.num_classes) {
+    damage.reason = detail::concat("label ", label, " minus label_offset ", options_.label_offset,
+                                   " is outside [0, num_classes = ", options_.num_classes, ")");
   } else if (!transform_image(
-                 encoded, decoder.transform, mix_seed(epoch_seed, static_cast<uint64_t>(plan[p])),
-                 out, &message,
+                 encoded, decoder.transform,
+                 mix_seed(work_.epoch_seed, static_cast<uint64_t>(work_.plan[p])), out, &message,
                  want_boxes ? BoxList{decoder.boxes.data(), decoder.boxes.size()} : BoxList{})) {
     damage.reason = message;
   } else {
-    *label_out = label - options.label_offset;
+    *label_out = label - options_.label_offset;
   }
   return damage;
 }
 
 PendingBatch& TFRecordEpoch::pending_batch(int64_t index) {
-  auto [it, inserted] = batches.try_emplace(index);
+  auto [it, inserted] = batches_.try_emplace(index);
   if (inserted) {
     const int64_t rows = rows_of(index);
-    const auto pinned = at::TensorOptions().pinned_memory(options.pin_memory);
+    const auto pinned = at::TensorOptions().pinned_memory(options_.pin_memory);
     it->second.images = image_buffer(rows);
     it->second.labels = at::empty({rows}, pinned.dtype(at::kLong));
     it->second.ids = at::empty({rows}, at::TensorOptions().dtype(at::kLong));
@@ -213,35 +275,37 @@ PendingBatch& TFRecordEpoch::pending_batch(int64_t index) {
 }
 
 void TFRecordEpoch::decode_loop() {
-  const int64_t b = options.batch_size, total = static_cast<int64_t>(plan.size());
-  const int64_t s = image_size;
-  Decoder decoder(feature_keys(options.record_layout));  // resolved by the source: never kAuto here
-  decoder.transform = options.transform;
-  decoder.transform.training = options.training;
+  const int64_t b = options_.batch_size, total = static_cast<int64_t>(work_.plan.size());
+  const int64_t s = work_.image_size;
+  Decoder decoder(
+      feature_keys(options_.record_layout));  // resolved by the source: never kAuto here
+  decoder.transform = options_.transform;
+  decoder.transform.training = options_.training;
   decoder.transform.image_size = static_cast<int>(s);
-  std::unique_lock<std::mutex> lock(mutex);
+  std::unique_lock<std::mutex> lock(mutex_);
   try {
     while (true) {
-      window_moved.wait(lock, [&] {
-        return stop || next_position >= total || in_window(next_position, options.prefetch_batches);
+      window_moved_.wait(lock, [&] {
+        return stop_ || next_position_ >= total ||
+               in_window(next_position_, options_.prefetch_batches);
       });
-      if (stop || next_position >= total) return;
-      const int64_t p = next_position++;
+      if (stop_ || next_position_ >= total) return;
+      const int64_t p = next_position_++;
       const int64_t batch_index = batch_of(p), row = p - batch_index * b;
       PendingBatch& pending = pending_batch(batch_index);
-      slot_ready.wait(lock, [&] { return stop || slots[p].state != Slot::kEmpty; });
-      if (stop) return;
-      Slot slot = std::move(slots[p]);
-      slots[p] = Slot();
+      slot_ready_.wait(lock, [&] { return stop_ || slots_[p].state != Slot::kEmpty; });
+      if (stop_) return;
+      Slot slot = std::move(slots_[p]);
+      slots_[p] = Slot();
       uint8_t* out = pending.images.data_ptr<uint8_t>() + row * s * s * 3;
       int64_t* label_out = pending.labels.data_ptr<int64_t>() + row;
-      pending.ids.data_ptr<int64_t>()[row] = record(p);
+      pending.ids.data_ptr<int64_t>()[row] = work_.record(p);
       lock.unlock();
 
       const Damage damage = decode(p, slot, decoder, out, label_out);
       lock.lock();
-      if (slot.payload.capacity() > 0) shared.spare_payloads.push_back(std::move(slot.payload));
-      PendingBatch& batch = batches[batch_index];
+      if (slot.payload.capacity() > 0) shared_.spare_payloads.push_back(std::move(slot.payload));
+      PendingBatch& batch = batches_[batch_index];
       if (!damage.reason.empty()) {
         batch.bad[row] = true;
         *label_out = 0;
@@ -249,7 +313,7 @@ void TFRecordEpoch::decode_loop() {
       }
       if (--batch.remaining == 0) {
         finish_batch(batch_index, batch);
-        batch_done.notify_all();
+        batch_done_.notify_all();
       }
     }
   } catch (...) {

@@ -6,6 +6,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <exception>
@@ -17,6 +18,8 @@
 
 #include "data/formats/tfrecord/image_example.h"
 #include "data/formats/tfrecord/index.h"
+#include "data/sources/batch_source.h"
+#include "data/sources/epoch_plan.h"
 #include "data/sources/tfrecord_source_options.h"
 #include "data/transforms/augment.h"
 
@@ -76,9 +79,9 @@ struct EpochResources {
   std::vector<at::Tensor>& image_pool;                  // pageable batch buffers
 };
 
-struct TFRecordEpoch {
-  EpochResources shared;
-  const TFRecordSourceOptions& options;  // shared.options
+// What the source decides of an epoch before it starts: the records this rank reads, the chunks
+// it reads them in, and the batches they make.
+struct EpochWork {
   int64_t epoch = 0;
   uint64_t epoch_seed = 0;
   int64_t image_size = 0;   // this epoch's crop, pixels (Note [Image size per epoch])
@@ -88,37 +91,46 @@ struct TFRecordEpoch {
   std::vector<int64_t> plan;
   int64_t batch_count = 0;  // batches to yield: one per step when training (the last may be empty)
   int64_t epoch_records = 0;  // this rank's share of a whole epoch, for max_bad_fraction
-  std::vector<Slot> slots;    // one per plan position
   std::vector<Chunk> chunks;  // in first_position order
 
-  std::mutex mutex;
-  std::condition_variable slot_ready, window_moved, batch_done, thread_ended;
-  int64_t next_batch = 0;     // the batch the consumer takes next (relative to the plan)
-  int64_t next_position = 0;  // the next plan position a decode worker claims
-  std::map<int64_t, PendingBatch> batches;
-  int64_t bad = 0;
-  bool stop = false;
-  std::exception_ptr error;
-  std::vector<std::thread> threads;
-  int running = 0;  // threads not yet ended
+  // The global record of plan position `p`.
+  int64_t record(int64_t p) const { return record_of(plan[p], repetitions); }
+};
 
-  explicit TFRecordEpoch(const EpochResources& resources)
-      : shared(resources), options(resources.options) {}
+// One epoch under way: its reader and decode threads, started when it is made, and the batches
+// they fill for the consumer (the source's caller, one thread).
+class TFRecordEpoch {
+ public:
+  TFRecordEpoch(const EpochResources& resources, EpochWork work);
+  TFRecordEpoch(const TFRecordEpoch&) = delete;
+  TFRecordEpoch& operator=(const TFRecordEpoch&) = delete;
 
+  // The consumer's next batch, once its rows are decoded (bounded: options.wait_timeout).
+  Batch next_batch();
+  int64_t batches_left() const { return work_.batch_count - next_batch_; }
+  int64_t bad_records() const;  // skipped in this epoch so far
+  // Tells the threads to end and waits for them up to kThreadEndTimeout. Returns 0 when all
+  // ended (and are joined); else how many are still blocked (a read that does not return): the
+  // threads are then detached, and this epoch, which they use, must outlive them.
+  int stop();
+
+ private:
   // The batch that plan position `p` belongs to, and a batch's rows: every batch holds
   // batch_size but the last, which holds the rest (Note [Elastic epoch order]): fewer, none, or
   // one more than batch_size.
-  int64_t record(int64_t p) const { return record_of(plan[p], repetitions); }
-  int64_t batch_of(int64_t p) const { return std::min(p / options.batch_size, batch_count - 1); }
+  int64_t batch_of(int64_t p) const {
+    return std::min(p / options_.batch_size, work_.batch_count - 1);
+  }
   int64_t rows_of(int64_t batch) const {
-    return batch < batch_count - 1 ? options.batch_size
-                                   : static_cast<int64_t>(plan.size()) - batch * options.batch_size;
+    return batch < work_.batch_count - 1
+               ? options_.batch_size
+               : static_cast<int64_t>(work_.plan.size()) - batch * options_.batch_size;
   }
   // Whether plan position `p` may be worked on now: its batch is among the `ahead` batches from
   // the one the consumer takes next. Counted in batches, not positions, so that every row of a
   // last batch longer than batch_size is inside the window when its batch is.
-  bool in_window(int64_t p, int64_t ahead) const { return batch_of(p) < next_batch + ahead; }
-  void fail(std::exception_ptr e);
+  bool in_window(int64_t p, int64_t ahead) const { return batch_of(p) < next_batch_ + ahead; }
+  void fail(std::exception_ptr e);  // called with `mutex_` held
   template <typename Work>
   void start_thread(Work work);
   void read_chunks(int reader);
@@ -126,21 +138,37 @@ struct TFRecordEpoch {
   // Decodes plan position `p`'s record from its payload into `out` and `label_out`, without the
   // lock; returns its damage, whose reason is empty when it decoded.
   Damage decode(int64_t p, const Slot& slot, Decoder& decoder, uint8_t* out, int64_t* label_out);
-  // The batch `index`, its buffers allocated by the first of its rows to come (`mutex` held).
+  // The batch `index`, its buffers allocated by the first of its rows to come (`mutex_` held).
   PendingBatch& pending_batch(int64_t index);
-  void record_bad(const Damage& damage);  // called with `mutex` held
+  void record_bad(const Damage& damage);  // called with `mutex_` held
   void finish_batch(int64_t index, PendingBatch& batch);
   at::Tensor image_buffer(int64_t rows);
+
+  EpochResources shared_;
+  const TFRecordSourceOptions& options_;  // shared_.options
+  const EpochWork work_;
+  std::vector<Slot> slots_;  // one per plan position
+
+  mutable std::mutex mutex_;
+  std::condition_variable slot_ready_, window_moved_, batch_done_, thread_ended_;
+  int64_t next_batch_ = 0;     // the batch the consumer takes next (relative to the plan)
+  int64_t next_position_ = 0;  // the next plan position a decode worker claims
+  std::map<int64_t, PendingBatch> batches_;
+  int64_t bad_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+  std::vector<std::thread> threads_;
+  int running_ = 0;  // threads not yet ended
 };
 
 template <typename Work>
 void TFRecordEpoch::start_thread(Work work) {
-  ++running;
-  threads.emplace_back([this, work] {
+  ++running_;
+  threads_.emplace_back([this, work] {
     work();
-    std::lock_guard<std::mutex> lock(mutex);
-    --running;
-    thread_ended.notify_all();
+    std::lock_guard<std::mutex> lock(mutex_);
+    --running_;
+    thread_ended_.notify_all();
   });
 }
 

@@ -78,47 +78,34 @@ int64_t TFRecordSource::largest_image_size() const {
 }
 
 int64_t TFRecordSource::bad_records() const {
-  return index_bad_ + bad_in_past_epochs_ + (epoch_ ? epoch_->bad : 0);
+  return index_bad_ + bad_in_past_epochs_ + (epoch_ ? epoch_->bad_records() : 0);
 }
 
-int64_t TFRecordSource::batches_left() const { return epoch_->batch_count - epoch_->next_batch; }
+int64_t TFRecordSource::batches_left() const { return epoch_->batches_left(); }
 
 void TFRecordSource::stop_epoch() {
   if (!epoch_) return;
-  bool ended = false;
-  {
-    std::unique_lock<std::mutex> lock(epoch_->mutex);
-    epoch_->stop = true;
-    epoch_->slot_ready.notify_all();
-    epoch_->window_moved.notify_all();
-    ended = epoch_->thread_ended.wait_for(lock, kThreadEndTimeout,
-                                          [&] { return epoch_->running == 0; });
-  }
-  bad_in_past_epochs_ += epoch_->bad;
-  if (!ended) {
-    // A reader blocked in a read that never returns (a hung network file system) would block a
-    // join forever: leave the threads, and the epoch they use, to the process's exit.
-    spdlog::warn(
-        "{} input thread(s) still blocked {} s after the epoch was stopped (a read of {} "
-        "that does not return?); leaving them",
-        epoch_->running, kThreadEndTimeout.count(), options_.files.front());
-    for (auto& t : epoch_->threads) t.detach();
-    epoch_.release();
+  const int blocked = epoch_->stop();
+  bad_in_past_epochs_ += epoch_->bad_records();
+  if (blocked == 0) {
+    epoch_.reset();
     return;
   }
-  for (auto& t : epoch_->threads) t.join();
-  epoch_.reset();
+  spdlog::warn(
+      "{} input thread(s) still blocked {} s after the epoch was stopped (a read of {} "
+      "that does not return?); leaving them",
+      blocked, kThreadEndTimeout.count(), options_.files.front());
+  epoch_.release();  // its threads still use it: left to the process's exit
 }
 
 void TFRecordSource::start_epoch(int64_t epoch, int64_t position) {
   stop_epoch();
   const auto& o = options_;
-  auto e = std::make_unique<TFRecordEpoch>(EpochResources{
-      options_, indexes_, first_record_, largest_image_size(), spare_payloads_, image_pool_});
-  e->epoch = epoch;
-  e->epoch_seed = mix_seed(o.seed, static_cast<uint64_t>(epoch));
-  e->image_size = image_size_of(epoch);
-  e->repetitions = o.training ? o.repetitions : 1;
+  EpochWork work;
+  work.epoch = epoch;
+  work.epoch_seed = mix_seed(o.seed, static_cast<uint64_t>(epoch));
+  work.image_size = image_size_of(epoch);
+  work.repetitions = o.training ? o.repetitions : 1;
   RecordTable table({});
   table.first_record = first_record_;
   PlanOptions plan{o.training,
@@ -132,67 +119,42 @@ void TFRecordSource::start_epoch(int64_t epoch, int64_t position) {
                    o.training ? o.repetitions : 1,
                    o.training ? o.whole_steps_of : 0};
   TORCH_INTERNAL_ASSERT(o.training || position == 0, "evaluation always starts at 0");
-  e->plan = rank_plan(table, plan, epoch, position);
-  const int64_t b = o.batch_size, planned = static_cast<int64_t>(e->plan.size());
-  e->batch_count = o.training
-                       ? steps_left(epoch_end(total_records(), position, plan.whole_steps_of),
-                                    position, b * o.world_size)
-                       : (planned + b - 1) / b;
-  e->epoch_records = o.training ? total_records() / o.world_size : planned;
-  e->slots.resize(e->plan.size());
+  work.plan = rank_plan(table, plan, epoch, position);
+  const int64_t b = o.batch_size, planned = static_cast<int64_t>(work.plan.size());
+  work.batch_count = o.training
+                         ? steps_left(epoch_end(total_records(), position, plan.whole_steps_of),
+                                      position, b * o.world_size)
+                         : (planned + b - 1) / b;
+  work.epoch_records = o.training ? total_records() / o.world_size : planned;
+  work.chunks = chunks_of(work, table);
+  epoch_ = std::make_unique<TFRecordEpoch>(
+      EpochResources{options_, indexes_, first_record_, largest_image_size(), spare_payloads_,
+                     image_pool_},
+      std::move(work));
+}
 
-  // Group this rank's records by (file, block) into chunks, ordered by when they are first
-  // needed; each chunk's byte range spans only the records this rank takes from the block.
+// This rank's records grouped by (file, block) into chunks, ordered by when they are first
+// needed; each chunk's byte range spans only the records this rank takes from the block.
+std::vector<Chunk> TFRecordSource::chunks_of(const EpochWork& work,
+                                             const RecordTable& table) const {
+  std::vector<Chunk> chunks;
   std::map<std::pair<int, int64_t>, size_t> chunk_of;
-  for (int64_t p = 0; p < static_cast<int64_t>(e->plan.size()); ++p) {
-    const int64_t record = e->record(p);
+  for (int64_t p = 0; p < static_cast<int64_t>(work.plan.size()); ++p) {
+    const int64_t record = work.record(p);
     const int file = table.file_of(record);
     const int64_t local = record - first_record_[file];
-    const auto key = std::make_pair(file, local / std::max<int64_t>(1, o.block_records));
-    auto [it, inserted] = chunk_of.try_emplace(key, e->chunks.size());
+    const auto key = std::make_pair(file, local / std::max<int64_t>(1, options_.block_records));
+    auto [it, inserted] = chunk_of.try_emplace(key, chunks.size());
     const IndexEntry& entry = indexes_[file][local];
-    if (inserted) e->chunks.push_back({file, entry.offset, entry.offset + entry.size, p, {}});
-    Chunk& chunk = e->chunks[it->second];
+    if (inserted) chunks.push_back({file, entry.offset, entry.offset + entry.size, p, {}});
+    Chunk& chunk = chunks[it->second];
     chunk.begin = std::min(chunk.begin, entry.offset);
     chunk.end = std::max(chunk.end, entry.offset + entry.size);
     chunk.members.emplace_back(p, local);
   }
-  TFRecordEpoch* raw = e.get();
-  std::lock_guard<std::mutex> lock(e->mutex);
-  for (int r = 0; r < o.reader_threads; ++r) e->start_thread([raw, r] { raw->read_chunks(r); });
-  for (int w = 0; w < o.decode_threads; ++w) e->start_thread([raw] { raw->decode_loop(); });
-  epoch_ = std::move(e);
+  return chunks;
 }
 
-Batch TFRecordSource::next_batch() {
-  TFRecordEpoch& e = *epoch_;
-  std::unique_lock<std::mutex> lock(e.mutex);
-  const int64_t index = e.next_batch;
-  TORCH_INTERNAL_ASSERT(index < e.batch_count, "next_batch() called past the end of the epoch");
-  if (e.rows_of(index) == 0) {
-    // This rank's share of the epoch's short last step is empty (Note [Elastic epoch order]).
-    ++e.next_batch;
-    const int64_t s = e.image_size;
-    const auto longs = at::TensorOptions().dtype(at::kLong);
-    return {at::empty({0, s, s, 3}, at::TensorOptions().dtype(at::kByte)), at::empty({0}, longs),
-            at::empty({0}, longs)};
-  }
-  bounded_wait(
-      e.batch_done, lock,
-      [&] {
-        if (e.error) return true;
-        auto it = e.batches.find(index);
-        return it != e.batches.end() && it->second.remaining == 0;
-      },
-      options_.wait_timeout,
-      detail::concat("batch ", index + 1, " of ", e.batch_count, " (epoch ", e.epoch + 1,
-                     ") from the input threads reading ", options_.files.front(), " ..."));
-  if (e.error) std::rethrow_exception(e.error);
-  PendingBatch done = std::move(e.batches[index]);
-  e.batches.erase(index);
-  ++e.next_batch;
-  e.window_moved.notify_all();
-  return {done.images, done.labels, done.ids};
-}
+Batch TFRecordSource::next_batch() { return epoch_->next_batch(); }
 
 }  // namespace trainer

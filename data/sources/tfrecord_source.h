@@ -19,7 +19,10 @@
 
 namespace trainer {
 
-struct TFRecordEpoch;  // one epoch's plan, buffers and threads (data/sources/tfrecord_epoch.h)
+class TFRecordEpoch;  // one epoch's plan, buffers and threads (data/sources/tfrecord_epoch.h)
+struct EpochWork;
+struct Chunk;
+struct RecordTable;
 
 class TFRecordSource : public BatchSource {
  public:
@@ -45,6 +48,7 @@ class TFRecordSource : public BatchSource {
   void resolve_layout();
   int64_t image_size_of(int64_t epoch) const;  // the crop of `epoch` (training: the schedule's)
   int64_t largest_image_size() const;          // the run's largest crop: the buffers' size
+  std::vector<Chunk> chunks_of(const EpochWork& work, const RecordTable& table) const;
 
   TFRecordSourceOptions options_;
   std::vector<std::vector<IndexEntry>> indexes_;  // per file

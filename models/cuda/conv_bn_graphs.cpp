@@ -7,6 +7,9 @@
 #include <memory>
 #include <mutex>
 #include <sstream>
+#include <string>
+#include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -95,18 +98,39 @@ void declare_dgrad_add(CudnnGraph& g, const Tensors& t, int64_t stride) {
 
 using Declare = void (*)(CudnnGraph&, const Tensors&, int64_t);
 
-std::string key(const char* kind, const Tensors& t, int64_t stride) {
-  std::ostringstream out;
-  out << kind << " gpu" << c10::cuda::current_device() << " stride" << stride;
-  for (const at::Tensor& x : t) {
-    if (!x.defined()) {
-      out << " -";
-      continue;
-    }
-    out << " " << x.sizes() << c10::toString(x.scalar_type());
+// What a graph is built for (Note [Convolution-side batch norm graphs]). The cache holds one
+// graph per key a run meets and none is evicted: a few per layer (the step's batch, an epoch's
+// short last step, each size of progressive resizing), bounded by the run's shapes.
+struct GraphKey {
+  std::string_view kind;  // the declare function's name for it
+  int device = 0;
+  int64_t stride = 1;
+  std::vector<std::pair<std::vector<int64_t>, at::ScalarType>> tensors;  // undefined: {}, Undefined
+
+  GraphKey(const char* kind, const Tensors& t, int64_t stride)
+      : kind(kind), device(c10::cuda::current_device()), stride(stride) {
+    for (const at::Tensor& x : t)
+      tensors.emplace_back(x.defined() ? x.sizes().vec() : std::vector<int64_t>{},
+                           x.defined() ? x.scalar_type() : at::ScalarType::Undefined);
   }
-  return out.str();
-}
+  bool operator<(const GraphKey& other) const {
+    return std::tie(kind, device, stride, tensors) <
+           std::tie(other.kind, other.device, other.stride, other.tensors);
+  }
+  // "conv_bn_forward gpu0 stride1 [256, 64, 56, 56]Half ... -" for an error.
+  std::string describe() const {
+    std::ostringstream out;
+    out << kind << " gpu" << device << " stride" << stride;
+    for (const auto& [sizes, dtype] : tensors) {
+      if (dtype == at::ScalarType::Undefined) {
+        out << " -";
+        continue;
+      }
+      out << " " << c10::IntArrayRef(sizes) << c10::toString(dtype);
+    }
+    return out.str();
+  }
+};
 
 struct Built {
   std::unique_ptr<CudnnGraph> graph;  // null when cuDNN could not build it
@@ -117,10 +141,10 @@ struct Built {
 Built& built(const char* kind, Declare declare, const Tensors& t, int64_t stride,
              at::ScalarType intermediate) {
   static std::mutex mutex;
-  static std::map<std::string, Built> graphs;
+  static std::map<GraphKey, Built> graphs;
   const std::lock_guard<std::mutex> lock(mutex);
-  const std::string k = key(kind, t, stride);
-  if (auto it = graphs.find(k); it != graphs.end()) return it->second;
+  GraphKey key(kind, t, stride);
+  if (auto it = graphs.find(key); it != graphs.end()) return it->second;
   Built b;
   b.graph = std::make_unique<CudnnGraph>(t.front().scalar_type(), intermediate, t);
   try {
@@ -130,14 +154,15 @@ Built& built(const char* kind, Declare declare, const Tensors& t, int64_t stride
     b.failure = e.what();
   }
   if (!b.failure.empty()) b.graph.reset();
-  return graphs.emplace(k, std::move(b)).first->second;
+  return graphs.emplace(std::move(key), std::move(b)).first->second;
 }
 
 // Runs the graph of this kind on t (declared from t's shapes on first use).
 void run(const char* kind, Declare declare, const Tensors& t, int64_t stride,
          at::ScalarType intermediate) {
   Built& b = built(kind, declare, t, stride, intermediate);
-  USER_CHECK(b.graph, "cuDNN has no ", kind, " graph for ", key(kind, t, stride), ": ", b.failure,
+  USER_CHECK(b.graph, "cuDNN has no ", kind, " graph for ", GraphKey(kind, t, stride).describe(),
+             ": ", b.failure,
              ". Fix: fused_conv_batch_norm = false, fused_residual_gradient = false");
   b.graph->execute(t);
 }

@@ -159,7 +159,7 @@ void GradientReducer::launch(Bucket& bucket, int64_t index) {
   if (postdivide) bucket.buffer.mul_(scale);
   bucket.done->record(*comm_stream_);
   // A stream being recorded into a CUDA graph has nothing to time yet: the trainer has the
-  // watchdog time each replay (Note [The step as a CUDA graph]).
+  // watchdog time each replay (Note [The step graph and the watchdog]).
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   C10_CUDA_CHECK(cudaStreamIsCapturing(comm_stream_->stream(), &capture));
   CollectiveWatch* watchdog = group_.watchdog();

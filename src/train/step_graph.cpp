@@ -21,7 +21,7 @@ namespace trainer {
 // A ResNet-50 step launches some 600 kernels, and at a small per-GPU batch (what a fixed global
 // batch gives on many GPUs) the host launching them takes longer than the GPU running them. A
 // CUDA graph records the launches once and replays them with one call, as MLPerf's ResNet-50 and
-// PyTorch's whole-network capture do. What it records and what stays eager:
+// PyTorch's whole-network capture do. What it records:
 // - Recorded: the eager step's own body (Trainer::step_body, Note [The training step]): forward,
 //   loss, the scaled backward, the gradient buckets' copies and all-reduces (NCCL records into
 //   graphs), the gradients' unscaling and overflow check, the optimizer's fused update and the
@@ -31,6 +31,9 @@ namespace trainer {
 //   learning rate from a device tensor the step writes first (Optimizer::set_lr); the weights,
 //   momentum buffers and loss scale it updates in place. The gradients are the graph's own: the
 //   parameters' .grad go back to none after the step, as after an eager one.
+// What stays eager: Note [Steps around and beside the graph].
+
+// Note [Steps around and beside the graph]
 // - Eager around it: the input's copy and normalisation, MixUp/CutMix (drawn on the host), the
 //   learning rate's write, the EMA.
 // - Eager instead of it: every step of a shape seen fewer than `warmup_steps` times in a row (a
@@ -42,10 +45,12 @@ namespace trainer {
 // - The host keeps within two steps of the device (Trainer::limit_lead, Note [The host's lead]).
 // Capture follows warm-up steps of the same shape, which leave cuDNN's autotuning cached and the
 // libraries' per-stream workspaces made, on a side stream as CUDA requires (never the default
-// stream).
-// Memory: the graph's pool keeps the step's activations between steps, and an eager step
-// allocates its own beside it (a 16 GB V100 holds the shipped 256 images of 224 px in fp16 once,
-// by estimate, not twice). So:
+// stream). Memory: Note [The step graph's memory].
+
+// Note [The step graph's memory]
+// The graph's pool keeps the step's activations between steps, and an eager step allocates its
+// own beside it (a 16 GB V100 holds the shipped 256 images of 224 px in fp16 once, by estimate,
+// not twice). So:
 // - Before capture, the allocator's cache goes back to the device: the warm-up steps'
 //   activations, cached by the allocator but free, would otherwise sit beside the graph's.
 // - One graph is kept: a new shape's capture frees the last one's pool, so progressive resizing
@@ -60,6 +65,8 @@ namespace trainer {
 //   replayed alike on every rank, so one rank cannot release and record again alone. Every rank
 //   asks at the same points (the trainer runs a short step eagerly on all of them, and a rank with
 //   no images or no evaluation batch still votes).
+
+// Note [The step graph and the watchdog]
 // Capture is thread-local: the collective watchdog goes on querying the events of earlier steps
 // from its own thread, and the gradient reducer does not ask it to watch a stream being captured
 // (a captured event cannot be queried); the trainer has it watch each replay instead.
