@@ -77,7 +77,12 @@ int TFRecordEpoch::stop() {
   }
   // A reader blocked in a read that never returns (a hung network file system) would block a
   // join forever: its threads are left to the process's exit.
-  for (auto& t : threads_) blocked > 0 ? t.detach() : t.join();
+  for (auto& t : threads_) {
+    if (blocked > 0)
+      t.detach();
+    else
+      t.join();
+  }
   threads_.clear();
   return blocked;
 }
