@@ -24,12 +24,14 @@ def test_wait_nodes_waits_for_nodes_not_yet_registered(tools):
 
 
 def test_wait_nodes_counts_neither_not_ready_nor_cordoned_nodes(tools):
+    # A deadline of 3 s: bash's SECONDS counts whole seconds from the shell's start, so a 1 s one
+    # can pass before the second look on any machine.
     answers = [{"tool": "kubectl", "call": GET_NODES,
                 "text": nodes("Ready", "NotReady", "Ready,SchedulingDisabled")}]
-    code, out, calls = tools("k8s-wait-nodes.sh", answers, "p3dn.24xlarge", "2", "1",
+    code, out, calls = tools("k8s-wait-nodes.sh", answers, "p3dn.24xlarge", "2", "3",
                              POLL_S="0.2")
     assert code == 1, out
-    assert "1 of 2 p3dn.24xlarge node(s) Ready after 1 s" in out and "Fix:" in out
+    assert "1 of 2 p3dn.24xlarge node(s) Ready after 3 s" in out and "Fix:" in out
     assert len(calls) >= 2  # it looked again before giving up
 
 
