@@ -44,7 +44,7 @@ while read -r lib; do
   # The folder's real path (merged /usr: /lib is /usr/lib), the file by the name the loader asks for.
   path=$(realpath "$(dirname "$lib")")/$(basename "$lib")
   mkdir -p "$stage/system$(dirname "$path")"
-  cp -L "$lib" "$stage/system$path"
+  cp -L --preserve=timestamps "$lib" "$stage/system$path"
 done < <(ldd "${binaries[@]}" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | grep -v "^$stage/" | sort -u)
 echo "+ $(find "$stage/system" -type f | wc -l) system libraries staged in $stage/system"
 

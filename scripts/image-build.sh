@@ -36,7 +36,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-args=()
+# The programs compiled in the build stage: the Dockerfile's default, named for builders (podman
+# 4.3) that do not take a stage's name from an argument's default.
+args=(--build-arg PROGRAMS_FROM=build)
 case "$cuda" in
   13.0) ;; # the Dockerfile's defaults
   12.6)

@@ -3,15 +3,26 @@
 # Dockerfile, install and build scripts as the EKS image (scripts/image-build.sh); only the base
 # images differ. A Debian 12 base made here (scripts/image-base.sh) stands in for NVIDIA's CUDA
 # images, and this machine's CUDA toolkit is mounted into the build (NVIDIA's devel image has its
-# own). Also tags the build stages IMAGE-build and IMAGE-libraries, removes what earlier builds
-# left untagged, and prints the commands, the time and the sizes.
-# Usage: scripts/image-local.sh [IMAGE]   (default: localhost/resnet-trainer:local)
+# own). Also tags the stages the final image does not hold (IMAGE-build or IMAGE-programs, and
+# IMAGE-libraries) so that the next build finds them cached, removes what earlier builds left
+# untagged, and prints the commands, the time and the sizes.
+# Usage: scripts/image-local.sh [--from-build BUILD_DIR] [IMAGE]
+#                                          (default IMAGE: localhost/resnet-trainer:local)
+#   --from-build BUILD_DIR   the programs and their libraries from a build made on this machine
+#               (the test command's; the base image's distribution), staged in
+#               BUILD_DIR/image-programs by docker/stage-runtime.sh, instead of compiled in the
+#               build stage: the tests' image, without a second compile of the project.
 #   CA_BUNDLE   CAs for pip and curl in the build, as a build secret that no layer keeps
 #               (default: /etc/ssl/certs/ca-certificates.crt, with a proxy's CA if the host trusts one)
 #   CUDA_HOME   the CUDA toolkit to mount (default: /usr/local/cuda)
 #   TRAINER_CACHE, CCACHE_DIR   the host's cache and compiler cache, as for scripts/build.sh
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+from_build=
+if [ "${1:-}" = --from-build ]; then
+  from_build=${2:?usage: $0 [--from-build BUILD_DIR] [IMAGE]}
+  shift 2
+fi
 image=${1:-localhost/resnet-trainer:local}
 base=localhost/resnet-trainer-base:debian12
 ca_bundle=${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
@@ -22,22 +33,44 @@ run() {
   "$@"
 }
 
-if [ ! -x "$cuda/bin/nvcc" ]; then
+if [ -z "$from_build" ] && [ ! -x "$cuda/bin/nvcc" ]; then
   echo "image-local: no nvcc in $cuda. HINT: set CUDA_HOME to a CUDA toolkit" >&2
   exit 2
 fi
 "$root/scripts/image-base.sh" "$base"
 
 args=(--ignorefile "$root/docker/Dockerfile.dockerignore"
-  --build-arg "BUILD_IMAGE=$base" --build-arg "RUNTIME_IMAGE=$base"
-  --volume "$cuda:/usr/local/cuda:ro")
+  --build-arg "BUILD_IMAGE=$base" --build-arg "RUNTIME_IMAGE=$base")
 [ ! -f "$ca_bundle" ] || args+=(--secret "id=ca-bundle,src=$ca_bundle")
+stages=(build libraries)
+if [ -n "$from_build" ]; then
+  # /stage as the build stage would leave it, made from this machine's build and imported as the
+  # image IMAGE-programs, again only when a staged file changed (its fingerprint: each file's
+  # path, size and time). stage-runtime.sh brings the wheel's libraries (lib/, gigabytes) up to
+  # date file by file and keeps timestamps; the programs and system libraries are staged afresh.
+  programs_dir=$(realpath "$from_build")/image-programs
+  run rm -rf "$programs_dir/stage/system" "$programs_dir/stage/opt/resnet-trainer/bin"
+  run "$root/docker/stage-runtime.sh" "$from_build" "$programs_dir/stage" >&2
+  fingerprint=$(cd "$programs_dir" && find stage ! -type d -printf '%P %s %T@\n' | sort |
+    sha256sum | cut -c1-16)
+  programs=$image-programs
+  if [ "$(podman image inspect --format '{{index .Labels "stage-fingerprint"}}' "$programs" \
+    2>/dev/null)" != "$fingerprint" ]; then
+    echo "+ tar -C $programs_dir -cf - stage | podman import - $programs" >&2
+    tar -C "$programs_dir" -cf - stage |
+      podman import --change "LABEL stage-fingerprint=$fingerprint" - "$programs" >/dev/null
+  fi
+  args+=(--build-arg "PROGRAMS_FROM=$programs")
+  stages=(libraries)
+else
+  args+=(--build-arg PROGRAMS_FROM=build --volume "$cuda:/usr/local/cuda:ro")
+fi
 # The host's compiler cache, mounted into the build stage, whose venv lies at the host's path:
 # the compiler sees what the host's build (scripts/build.sh's defaults) saw, and what that build
 # compiled is not compiled again (15-20 minutes on 2 cores).
 host_cache=${TRAINER_CACHE:-$HOME/.cache/resnet-trainer}
 host_ccache=${CCACHE_DIR:-$host_cache/ccache}
-if [ -d "$host_ccache" ]; then
+if [ -z "$from_build" ] && [ -d "$host_ccache" ]; then
   args+=(--build-arg "TRAINER_CACHE=$host_cache" --build-arg "CCACHE_DIR=/host-ccache"
     --volume "$host_ccache:/host-ccache")
   # The host's venv too, at its own path: the build stage's set-up finds the torch wheel there
@@ -59,9 +92,9 @@ start=$SECONDS
 run podman build --layers --force-rm -f "$root/docker/Dockerfile" "${args[@]}" -t "$image" "$root"
 # Every step is cached by now: this only names the other stages, to measure the build stage
 # and to keep them from the prune below.
-for stage in build libraries; do
-  run podman build --layers --force-rm -f "$root/docker/Dockerfile" "${args[@]}" --target "$stage" \
-    -t "$image-$stage" "$root" >/dev/null
+for target in "${stages[@]}"; do
+  run podman build --layers --force-rm -f "$root/docker/Dockerfile" "${args[@]}" --target "$target" \
+    -t "$image-$target" "$root" >/dev/null
 done
 echo "+ built $image in $((SECONDS - start)) s" >&2
 # Each rebuild leaves the previous build's images behind, untagged (over 10 GB): remove them. The

@@ -11,16 +11,19 @@ export BUILD_DIR=${BUILD_DIR:-$root/build}
 "$root/scripts/build.sh"
 
 # The image the deploy tests run (tests/deploy/image_support.py), built while the C++ tests and
-# pytest's first pass run (the serial pass's tests are the ones that run it): from bare its build
-# is mostly downloads and package installs (minutes), from a warm cache seconds. The tests' own
-# build then finds every layer cached, or fails and says why.
+# pytest's first pass run (the serial pass's tests are the ones that run it), from the programs
+# just built (IMAGE_FROM_SOURCE=1: compiled in its build stage, as for EKS): from bare its build
+# is the base image and the runtime's package installs (minutes), from a warm cache seconds. The
+# tests' own build then finds every layer cached, or fails and says why.
 image_log=$(mktemp)
 image_build=
+image_source=(--from-build "$BUILD_DIR")
+[ "${IMAGE_FROM_SOURCE:-0}" != 1 ] || image_source=()
 # shellcheck disable=SC2064  # the log's name now; the build's when it runs
 trap "rm -f '$image_log'; "'[ -z "$image_build" ] || kill "$image_build" 2>/dev/null || true' EXIT
 if command -v podman >/dev/null; then
-  echo "+ scripts/image-local.sh >$image_log (in the background)" >&2
-  timeout 3600 "$root/scripts/image-local.sh" >"$image_log" 2>&1 &
+  echo "+ scripts/image-local.sh ${image_source[*]} >$image_log (in the background)" >&2
+  timeout 3600 "$root/scripts/image-local.sh" "${image_source[@]}" >"$image_log" 2>&1 &
   image_build=$!
 fi
 
@@ -44,9 +47,14 @@ export TRAINER_BUILD_DIR=$BUILD_DIR
 status=0
 OMP_NUM_THREADS=1 "$python" -m pytest -q -rs --durations=15 -m "not serial" \
   -n "$(nproc)" --dist loadfile "$root/tests" || status=1
-# The image is for the serial pass's tests alone: its build went on beside the first pass.
+# The image is for the serial pass's tests alone: its build went on beside the first pass. Built,
+# it is what their fixture would build again from the same tree (a minute of cache checks).
 if [ -n "$image_build" ]; then
-  wait "$image_build" || echo "test.sh: the early image build failed ($(tail -n 1 "$image_log")); the image tests build it again"
+  if wait "$image_build"; then
+    export TEST_IMAGE_BUILT=localhost/resnet-trainer:local
+  else
+    echo "test.sh: the early image build failed ($(tail -n 1 "$image_log")); the image tests build it again"
+  fi
 fi
 "$python" -m pytest -q -rs --durations=15 -m serial "$root/tests" || status=1
 set +x

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from deploy_support import ROOT
+from deploy_support import ROOT, build_dir
 
 IMAGE = "localhost/resnet-trainer:local"
 BASE_IMAGE = "localhost/resnet-trainer-base:debian12"
@@ -76,15 +76,27 @@ def base_image():
     return BASE_IMAGE
 
 
+def built_from_source():
+    """Whether the tests' image compiles the project in its build stage (IMAGE_FROM_SOURCE=1, as
+    scripts/image-build.sh does for EKS; 10 minutes and more on 2 cores), rather than taking the
+    programs from the build the tests run (scripts/image-local.sh --from-build)."""
+    return os.environ.get("IMAGE_FROM_SOURCE") == "1"
+
+
 @pytest.fixture(scope="session")
 def image(tmp_path_factory):
     """The image, built once per session from docker/Dockerfile (cached layers make a rebuild
-    of unchanged sources take seconds)."""
+    of unchanged sources take a minute), or by scripts/test.sh just before, from the same tree
+    (TEST_IMAGE_BUILT)."""
     base_image()
+    if os.environ.get("TEST_IMAGE_BUILT") == IMAGE:
+        return IMAGE
     log = tmp_path_factory.mktemp("image") / "build.log"
+    source = [] if built_from_source() else ["--from-build", build_dir()]
     start = time.monotonic()
     with open(log, "w") as out:
-        status = run_in_group([ROOT / "scripts" / "image-local.sh", IMAGE], out, BUILD_TIMEOUT_S)
+        status = run_in_group([ROOT / "scripts" / "image-local.sh", *source, IMAGE], out,
+                              BUILD_TIMEOUT_S)
     print(f"image built in {time.monotonic() - start:.0f} s (log: {log})")
     assert status == 0, f"scripts/image-local.sh failed:\n{log.read_text()[-5000:]}"
     return IMAGE
