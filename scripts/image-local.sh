@@ -88,6 +88,12 @@ if [ -z "$from_build" ] && [ -d "$host_ccache" ]; then
   fi
 fi
 echo "+ export CONTAINERS_CONF=$CONTAINERS_CONF" >&2
+# What killed builds left: a build's working containers outlive it when it is killed (a test run
+# stopped midway), each keeping its layers, gigabytes, from every prune. Those over 2 hours old
+# belong to no live build here (the test command gives a build an hour).
+mapfile -t stale < <(podman ps -a --external --filter until=2h --format '{{.ID}} {{.Status}}' |
+  awk '$2 == "Storage" {print $1}')
+[ "${#stale[@]}" = 0 ] || run podman rm -f "${stale[@]}" >/dev/null
 start=$SECONDS
 run podman build --layers --force-rm -f "$root/docker/Dockerfile" "${args[@]}" -t "$image" "$root"
 # Every step is cached by now: this only names the other stages, to measure the build stage
