@@ -35,7 +35,6 @@ the cluster would give it a new one), restarts (restartPolicy, backoffLimit).
 import argparse
 import ipaddress
 import json
-import os
 import re
 import subprocess
 import sys
@@ -108,6 +107,20 @@ def size(quantity):
     return str(quantity)
 
 
+REHEARSAL_LABEL = "resnet-trainer-rehearsal"  # its value: the rehearsal's prefix
+
+
+def delete_rehearsal(prefix, grace=60):
+    """Stops the containers of the rehearsal with this prefix (SIGTERM, SIGKILL after grace s)
+    and removes them and its network."""
+    names = podman("ps", "-a", "--filter", f"label={REHEARSAL_LABEL}={prefix}", "--format",
+                   "{{.Names}}", check=False, quiet=True).split()
+    if names:
+        podman("stop", "-t", grace, *names, timeout=grace + 60, check=False)
+        podman("rm", "-f", *names, timeout=120, check=False)
+    podman("network", "rm", "-f", f"{prefix}net", check=False)
+
+
 class Cluster:
     """The pods of one rendered target, as podman containers on a network of their own. Every
     container and the network carry one label, and delete() removes them all."""
@@ -117,7 +130,7 @@ class Cluster:
         self.claims = {name: Path(path) for name, path in claims.items()}
         self.workdir = Path(workdir)
         self.prefix = prefix
-        self.label = f"resnet-trainer-rehearsal={prefix}"
+        self.label = f"{REHEARSAL_LABEL}={prefix}"
         self.network = f"{prefix}net"
         self.config_maps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
         self.delete(grace=0)  # what an interrupted run with the same prefix left
@@ -264,12 +277,7 @@ class Cluster:
 
     def delete(self, grace=60):
         """Stops every container (SIGTERM, SIGKILL after grace s) and removes them and the network."""
-        names = podman("ps", "-a", "--filter", f"label={self.label}", "--format", "{{.Names}}",
-                       check=False, quiet=True).split()
-        if names:
-            podman("stop", "-t", grace, *names, timeout=grace + 60, check=False)
-            podman("rm", "-f", *names, timeout=120, check=False)
-        podman("network", "rm", "-f", self.network, check=False)
+        delete_rehearsal(self.prefix, grace)
 
 
 class MPIJob:

@@ -17,13 +17,14 @@ export BUILD_DIR=${BUILD_DIR:-$root/build}
 # tests' own build then finds every layer cached, or fails and says why.
 image_log=$(mktemp)
 image_build=
+image=localhost/resnet-trainer:local  # the name tests/deploy/image_support.py runs
 image_source=(--from-build "$BUILD_DIR")
 [ "${IMAGE_FROM_SOURCE:-0}" != 1 ] || image_source=()
 # shellcheck disable=SC2064  # the log's name now; the build's when it runs
 trap "rm -f '$image_log'; "'[ -z "$image_build" ] || kill "$image_build" 2>/dev/null || true' EXIT
 if command -v podman >/dev/null; then
-  echo "+ scripts/image-local.sh ${image_source[*]} >$image_log (in the background)" >&2
-  timeout 3600 "$root/scripts/image-local.sh" "${image_source[@]}" >"$image_log" 2>&1 &
+  echo "+ scripts/image-local.sh ${image_source[*]} $image >$image_log (in the background)" >&2
+  timeout 3600 "$root/scripts/image-local.sh" "${image_source[@]}" "$image" >"$image_log" 2>&1 &
   image_build=$!
 fi
 
@@ -51,7 +52,7 @@ OMP_NUM_THREADS=1 "$python" -m pytest -q -rs --durations=15 -m "not serial" \
 # it is what their fixture would build again from the same tree (a minute of cache checks).
 if [ -n "$image_build" ]; then
   if wait "$image_build"; then
-    export TEST_IMAGE_BUILT=localhost/resnet-trainer:local
+    export TEST_IMAGE_BUILT=$image
   else
     echo "test.sh: the early image build failed ($(tail -n 1 "$image_log")); the image tests build it again"
   fi

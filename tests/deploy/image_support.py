@@ -120,20 +120,11 @@ def remove_what_killed_sessions_left():
     """The rehearsal containers and networks of earlier test sessions killed before their
     fixtures' teardown ran (prefix rt<pid>-, that process gone): left, they run on for hours and
     keep their images from every prune."""
-    for network in podman_output("network", "ls", "--format", "{{.Name}}").split():
+    networks = rehearse.podman("network", "ls", "--format", "{{.Name}}", check=False, quiet=True)
+    for network in networks.split():
         left = re.fullmatch(r"(rt(\d+)-\d+-)net", network)
-        if not left or process_exists(int(left.group(2))):
-            continue
-        names = podman_output("ps", "-a", "--format", "{{.Names}}", "--filter",
-                              f"label=resnet-trainer-rehearsal={left.group(1)}").split()
-        if names:
-            podman_output("rm", "-f", "-t", "0", *names)
-        podman_output("network", "rm", "-f", network)
-
-
-def podman_output(*args):
-    return subprocess.run(["podman", *args], capture_output=True, text=True, timeout=120,
-                          env=podman_env()).stdout
+        if left and not process_exists(int(left.group(2))):
+            rehearse.delete_rehearsal(left.group(1), grace=0)
 
 
 def process_exists(pid):
