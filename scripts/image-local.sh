@@ -6,8 +6,10 @@
 # own). Also tags the stages the final image does not hold (IMAGE-build or IMAGE-programs, and
 # IMAGE-libraries) so that the next build finds them cached, removes what earlier builds left
 # untagged, and prints the commands, the time and the sizes.
-# Usage: scripts/image-local.sh [--from-build BUILD_DIR] [IMAGE]
+# Usage: scripts/image-local.sh [--base-only | --from-build BUILD_DIR] [IMAGE]
 #                                          (default IMAGE: localhost/resnet-trainer:local)
+#   --base-only  the base image and the runtime stage's packages, which need nothing built: the
+#               test command builds them beside its compile, and the image after it.
 #   --from-build BUILD_DIR   the programs and their libraries from a build made on this machine
 #               (the test command's; the base image's distribution), staged in
 #               BUILD_DIR/image-programs by docker/stage-runtime.sh, instead of compiled in the
@@ -18,11 +20,18 @@
 #   TRAINER_CACHE, CCACHE_DIR   the host's cache and compiler cache, as for scripts/build.sh
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-from_build=
-if [ "${1:-}" = --from-build ]; then
-  from_build=${2:?usage: $0 [--from-build BUILD_DIR] [IMAGE]}
-  shift 2
-fi
+from_build=''
+base_only=''
+case "${1:-}" in
+  --from-build)
+    from_build=${2:?usage: $0 [--base-only | --from-build BUILD_DIR] [IMAGE]}
+    shift 2
+    ;;
+  --base-only)
+    base_only=1
+    shift
+    ;;
+esac
 image=${1:-localhost/resnet-trainer:local}
 base=localhost/resnet-trainer-base:debian12
 ca_bundle=${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
@@ -33,7 +42,7 @@ run() {
   "$@"
 }
 
-if [ -z "$from_build" ] && [ ! -x "$cuda/bin/nvcc" ]; then
+if [ -z "$from_build$base_only" ] && [ ! -x "$cuda/bin/nvcc" ]; then
   echo "image-local: no nvcc in $cuda. HINT: set CUDA_HOME to a CUDA toolkit" >&2
   exit 2
 fi
@@ -43,6 +52,12 @@ args=(--ignorefile "$root/docker/Dockerfile.dockerignore"
   --build-arg "BUILD_IMAGE=$base" --build-arg "RUNTIME_IMAGE=$base")
 [ ! -f "$ca_bundle" ] || args+=(--secret "id=ca-bundle,src=$ca_bundle")
 stages=(build libraries)
+if [ -n "$base_only" ]; then
+  # Untagged, and not pruned here: the next build of the image starts from it.
+  run podman build --layers --force-rm -f "$root/docker/Dockerfile" "${args[@]}" \
+    --build-arg PROGRAMS_FROM=build --target runtime-base "$root"
+  exit
+fi
 if [ -n "$from_build" ]; then
   # /stage as the build stage would leave it, made from this machine's build and imported as the
   # image IMAGE-programs, again only when a staged file changed (its fingerprint: each file's

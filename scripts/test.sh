@@ -8,13 +8,13 @@ PS4='+ $(date +%T) '
 echo "test.sh: started at $(date +%T)" >&2
 python=$("$root/scripts/setup.sh" | tail -n 1)
 export BUILD_DIR=${BUILD_DIR:-$root/build}
-"$root/scripts/build.sh"
 
-# The image the deploy tests run (tests/deploy/image_support.py), built while the C++ tests and
-# pytest's first pass run (the serial pass's tests are the ones that run it), from the programs
-# just built (IMAGE_FROM_SOURCE=1: compiled in its build stage, as for EKS): from bare its build
-# is the base image and the runtime's package installs (minutes), from a warm cache seconds. The
-# tests' own build then finds every layer cached, or fails and says why.
+# The image the deploy tests run (tests/deploy/image_support.py), built in the background: its
+# base and runtime packages (from bare, debootstrap and apt: minutes, mostly downloads) beside the
+# compile, then the image from the programs just built (IMAGE_FROM_SOURCE=1: compiled in its
+# build stage, as for EKS) beside the C++ tests and pytest's first pass; the serial pass's tests
+# are the ones that run it. From a warm cache both take seconds. The tests' own build then finds
+# every layer cached, or fails and says why.
 image_log=$(mktemp)
 image_build=
 image=localhost/resnet-trainer:local  # the name tests/deploy/image_support.py runs
@@ -22,10 +22,17 @@ image_source=(--from-build "$BUILD_DIR")
 [ "${IMAGE_FROM_SOURCE:-0}" != 1 ] || image_source=()
 # shellcheck disable=SC2064  # the log's name now; the build's when it runs
 trap "rm -f '$image_log'; "'[ -z "$image_build" ] || kill "$image_build" 2>/dev/null || true' EXIT
-if command -v podman >/dev/null; then
-  echo "+ scripts/image-local.sh ${image_source[*]} $image >$image_log (in the background)" >&2
-  timeout 3600 "$root/scripts/image-local.sh" "${image_source[@]}" "$image" >"$image_log" 2>&1 &
+# image_in_background ARGS...: scripts/image-local.sh ARGS... IMAGE, its output to $image_log.
+image_in_background() {
+  echo "+ scripts/image-local.sh $* $image >$image_log (in the background)" >&2
+  timeout 3600 "$root/scripts/image-local.sh" "$@" "$image" >"$image_log" 2>&1 &
   image_build=$!
+}
+if command -v podman >/dev/null; then image_in_background --base-only; fi
+"$root/scripts/build.sh"
+if [ -n "$image_build" ]; then
+  wait "$image_build" || echo "test.sh: the image's base failed ($(tail -n 1 "$image_log"))" >&2
+  image_in_background "${image_source[@]}"
 fi
 
 set -x
@@ -42,8 +49,8 @@ BUILD_DIR="$root/build-fuzz" "$root/scripts/fuzz.sh" --check records example ima
 # serial, as many at a time as there are cores (pytest-xdist), a whole file to a worker so that a
 # file's fixtures are made once, each process with one LibTorch thread (as ctest's above); many
 # of them wait on processes, sleeps and start-ups and leave a core idle. Then the serial ones
-# (tests/conftest.py says which and why) alone, with every core. --durations: the slowest tests,
-# so that each change sees where the suite's time goes.
+# (tests/conftest.py says which and why), in its two lanes side by side, one test of each at a
+# time. --durations: the slowest tests, so that each change sees where the suite's time goes.
 export TRAINER_BUILD_DIR=$BUILD_DIR
 status=0
 OMP_NUM_THREADS=1 "$python" -m pytest -q -rs --durations=15 -m "not serial" \
@@ -57,7 +64,8 @@ if [ -n "$image_build" ]; then
     echo "test.sh: the early image build failed ($(tail -n 1 "$image_log")); the image tests build it again"
   fi
 fi
-"$python" -m pytest -q -rs --durations=15 -m serial "$root/tests" || status=1
+"$python" -m pytest -q -rs --durations=15 -m serial -n 2 --dist loadgroup "$root/tests" ||
+  status=1
 set +x
 if [ "$status" != 0 ]; then
   echo "test.sh: pytest failed (above); ended at $(date +%T), $((SECONDS / 60)) min in all" >&2

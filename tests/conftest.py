@@ -13,30 +13,41 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BUILD = pathlib.Path(os.environ.get("TRAINER_BUILD_DIR", ROOT / "build"))
 
-# Tests marked `serial`, which scripts/test.sh runs alone after the others (those one per core):
-# those that assert a deadline a busy machine could make them miss (a checkpoint before mpirun's
-# SIGKILL, a stuck or killed rank ending the job, the chaos scenarios' bounds, a teardown's
-# wait) and those that run the container image (whole jobs on every core, one image build).
-SERIAL_MODULES = {
-    "deploy/test_entrypoint.py", "deploy/test_eks_export.py", "deploy/test_eks_teardown.py",
-    "deploy/test_image.py",
-    "deploy/test_image_run.py", "deploy/test_k8s_wait_nodes.py", "deploy/test_pytorchjob.py",
-    "deploy/test_trainjob.py",
-    "deploy/test_rehearsal_names.py", "test_chaos.py",
-    "test_distributed_cli.py", "test_elastic.py", "test_faults.py", "test_imagenet_convert.py",
-    "test_stop_deadline.py", "test_torchrun.py",
+# Tests marked `serial`, which scripts/test.sh runs after the others (those one per core): those
+# that assert a deadline a busy machine could make them miss (a checkpoint before mpirun's
+# SIGKILL, a stuck or killed rank ending the job, the chaos scenarios' bounds, a teardown's wait)
+# and those that run the container image (whole jobs, one image build). They run in two lanes
+# side by side, one test of each at a time (pytest-xdist's loadgroup): about a third of the
+# cores stood idle while they ran one at a time, waiting on container starts, rendezvous, kills
+# and grace periods. The lanes hold about equal time, the image's jobs in one.
+SERIAL_LANES = {
+    "image": {
+        "deploy/test_image.py", "deploy/test_image_run.py", "deploy/test_trainjob.py",
+        "deploy/test_entrypoint.py", "deploy/test_rehearsal_names.py",
+        "deploy/test_k8s_wait_nodes.py",
+    },
+    "processes": {
+        "test_chaos.py", "deploy/test_pytorchjob.py", "test_stop_deadline.py", "test_torchrun.py",
+        "test_distributed_cli.py", "test_elastic.py", "test_faults.py",
+        "test_imagenet_convert.py", "deploy/test_eks_export.py", "deploy/test_eks_teardown.py",
+    },
 }
+SERIAL_MODULES = {module: lane for lane, modules in SERIAL_LANES.items() for module in modules}
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the lane to group by
 def pytest_collection_modifyitems(items):
     tests = pathlib.Path(__file__).parent
     missing = sorted(m for m in SERIAL_MODULES if not (tests / m).is_file())
     if missing:  # renamed: its tests would run beside the others, unnoticed
-        raise pytest.UsageError(f"conftest.py's SERIAL_MODULES names no such file: {missing}")
+        raise pytest.UsageError(f"conftest.py's SERIAL_LANES names no such file: {missing}")
     for item in items:
-        if item.path.is_relative_to(tests) and \
-                item.path.relative_to(tests).as_posix() in SERIAL_MODULES:
+        if not item.path.is_relative_to(tests):
+            continue
+        lane = SERIAL_MODULES.get(item.path.relative_to(tests).as_posix())
+        if lane:
             item.add_marker(pytest.mark.serial)
+            item.add_marker(pytest.mark.xdist_group(lane))
 
 
 _torchrun_logs = None  # the folder pytest_configure made, which pytest_unconfigure removes

@@ -15,18 +15,13 @@
 #include "models/cuda/fused_batch_norm.h"
 #include "models/resnet.h"
 #include "src/train/autocast.h"
+#include "tests/bottleneck_steps.h"
 
 namespace trainer {
 namespace {
 
 namespace nn = torch::nn;
-
-// ||out - ref|| / ||ref||, in float64 on the CPU.
-double relative_error(const torch::Tensor& out, const torch::Tensor& ref) {
-  const torch::Tensor o = out.detach().cpu().to(torch::kDouble);
-  const torch::Tensor r = ref.detach().cpu().to(torch::kDouble);
-  return ((o - r).norm() / r.norm()).item<double>();
-}
+using block_steps::relative_error;
 
 // A BN of `channels` with random affine parameters and running statistics (never the defaults).
 nn::BatchNorm2d random_batch_norm(int64_t channels) {

@@ -13,7 +13,7 @@
 namespace trainer {
 namespace {
 
-const EpochOrder kOrders[] = {EpochOrder::kGlobal, EpochOrder::kByNode};
+const EpochOrder kBothOrders[] = {EpochOrder::kGlobal, EpochOrder::kByNode};
 
 TEST(LastPartialStep, EpochEndIsTheLastWholeStepFromWhereTheEpochStarted) {
   EXPECT_EQ(epoch_end(100, 0, 0), 100);  // drop_last off
@@ -53,7 +53,7 @@ TEST(LastPartialStep, AResumeAtAnOffsetTheNewBatchDoesNotDivideTrainsEachRecordO
   // CHAOS_SEED=20261174: 6 records, a step of 2 trained, then a batch of 3 from image 2: the 4
   // left are one step of 4 (a single image left joins the step before), never a step of 1.
   const RecordTable six({6});
-  for (EpochOrder order : kOrders) {
+  for (EpochOrder order : kBothOrders) {
     std::multiset<int64_t> seen;
     for (const auto& [step, records] : steps_from(six, order, 0, 1, 2, false))
       if (step == 0) seen.insert(records.begin(), records.end());
@@ -69,7 +69,7 @@ TEST(LastPartialStep, DropLastAcrossAResizeTrainsEachRecordAtMostOnce) {
   // 326 records: 2 ranks x 4 for 5 steps (40), then 3 ranks x 5 to the end: 286 left, 19 whole
   // steps of 15 (285) and 1 record not trained, the epoch's last in its order.
   const RecordTable table({37, 0, 5, 120, 64, 1, 99});
-  for (EpochOrder order : kOrders) {
+  for (EpochOrder order : kBothOrders) {
     std::multiset<int64_t> seen;
     for (const auto& [step, records] : steps_from(table, order, 0, 2, 4, true))
       if (step < 5) seen.insert(records.begin(), records.end());
@@ -89,7 +89,7 @@ TEST(LastPartialStep, DropLastAcrossAResizeTrainsEachRecordAtMostOnce) {
 
 TEST(LastPartialStep, DropLastResumedAtTheSameBatchMakesTheSameSteps) {
   const RecordTable table({37, 0, 5, 120, 64, 1, 99});
-  for (EpochOrder order : kOrders) {
+  for (EpochOrder order : kBothOrders) {
     const auto whole = steps_from(table, order, 0, 3, 4, true);
     const auto resumed = steps_from(table, order, 5 * 12, 3, 4, true);
     ASSERT_EQ(whole.size(), 27u);  // 326 / 12, 2 left out

@@ -126,8 +126,8 @@ void expect_host_pool_matches_aten(int channels, const Window& w) {
   const HostPool<kLanes> pool{
       max_pool::make_geometry(batch, channels, height, width, w.kernel, w.stride, w.padding)};
   const auto [y, place] = pool.forward(nhwc(x));
-  SCOPED_TRACE(testing::Message() << "kernel " << w.kernel << " stride " << w.stride << " padding "
-                                  << w.padding << ", " << kLanes << " lanes");
+  SCOPED_TRACE(::testing::Message() << "kernel " << w.kernel << " stride " << w.stride
+                                    << " padding " << w.padding << ", " << kLanes << " lanes");
   EXPECT_TRUE(same_values(nchw(y), want_y));
   EXPECT_TRUE(torch::equal(nchw(indices_from_places(place, pool.g)), want_index));
 
@@ -183,7 +183,7 @@ TEST(MaxPoolWindow, OnTheCpuTheModelRunsAtensPooling) {
   expect_same_step(torch::randn({2, 3, 32, 32}));
 }
 
-class MaxPoolGpu : public testing::Test {
+class MaxPoolGpu : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible to this process";
@@ -212,8 +212,8 @@ TEST_F(MaxPoolGpu, MatchesAtenBitForBit) {
           const torch::Tensor x = on_gpu(values, dtype, offset).requires_grad_(true);
           ASSERT_TRUE(compact_max_pool_applies(x));
           const torch::Tensor reference = x.detach().clone().requires_grad_(true);
-          SCOPED_TRACE(testing::Message() << dtype << ", " << channels << " channels, offset "
-                                          << offset << (ties ? ", ties" : ""));
+          SCOPED_TRACE(::testing::Message() << dtype << ", " << channels << " channels, offset "
+                                            << offset << (ties ? ", ties" : ""));
           const torch::Tensor y = compact_max_pool2d(x, 3, 2, 1);
           const torch::Tensor want = torch::max_pool2d(reference, 3, 2, 1);
           EXPECT_TRUE(same_values(y.detach().to(torch::kFloat).cpu(),
