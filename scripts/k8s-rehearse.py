@@ -125,8 +125,11 @@ class Cluster:
     """The pods of one rendered target, as podman containers on a network of their own. Every
     container and the network carry one label, and delete() removes them all."""
 
-    def __init__(self, docs, claims, workdir, prefix="rehearsal-"):
+    def __init__(self, docs, claims, workdir, prefix="rehearsal-", node_env=()):
+        """node_env: NAME=VALUE variables every container starts with, under the pod's own (as
+        a node's container runtime may set)."""
         self.docs = docs
+        self.node_env = list(node_env)
         self.claims = {name: Path(path) for name, path in claims.items()}
         self.workdir = Path(workdir)
         self.prefix = prefix
@@ -232,7 +235,8 @@ class Cluster:
         for var in container.get("env", []):
             if "value" not in var:
                 raise SystemExit(f"k8s-rehearse: env {var['name']} is not a plain value")
-        environment = [f"{v['name']}={v['value']}" for v in container.get("env", [])] + list(env)
+        environment = self.node_env + [f"{v['name']}={v['value']}"
+                                       for v in container.get("env", [])] + list(env)
         command = container.get("command", [])
         words = command[1:] + container.get("args", [])
         args = ["run", "-d", "--name", self.prefix + name, "--label", self.label,

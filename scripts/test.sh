@@ -50,7 +50,8 @@ BUILD_DIR="$root/build-fuzz" "$root/scripts/fuzz.sh" --check records example ima
 # file's fixtures are made once, each process with one LibTorch thread (as ctest's above); many
 # of them wait on processes, sleeps and start-ups and leave a core idle. Then the serial ones
 # (tests/conftest.py says which and why), in its two lanes side by side, one test of each at a
-# time. --durations: the slowest tests, so that each change sees where the suite's time goes.
+# time, again with one LibTorch thread a process (the containers too: image_support.NODE_ENV).
+# --durations: the slowest tests, so that each change sees where the suite's time goes.
 export TRAINER_BUILD_DIR=$BUILD_DIR
 status=0
 OMP_NUM_THREADS=1 "$python" -m pytest -q -rs --durations=15 -m "not serial" \
@@ -64,8 +65,8 @@ if [ -n "$image_build" ]; then
     echo "test.sh: the early image build failed ($(tail -n 1 "$image_log")); the image tests build it again"
   fi
 fi
-"$python" -m pytest -q -rs --durations=15 -m serial -n 2 --dist loadgroup "$root/tests" ||
-  status=1
+OMP_NUM_THREADS=1 "$python" -m pytest -q -rs --durations=15 -m serial -n 2 --dist loadgroup \
+  "$root/tests" || status=1
 set +x
 if [ "$status" != 0 ]; then
   echo "test.sh: pytest failed (above); ended at $(date +%T), $((SECONDS / 60)) min in all" >&2

@@ -137,6 +137,13 @@ def process_exists(pid):
     return True
 
 
+# One LibTorch thread in each container's process, as every other test process has: the serial
+# pass's other lane shares the cores, and a process whose two OpenMP threads wait on each other
+# for a core stepped a third slower than with one (10 steps of the smoke config beside two busy
+# processes: 41 s with two threads, 30 s with one; 18 and 20 s alone).
+NODE_ENV = ("OMP_NUM_THREADS=1",)
+
+
 @pytest.fixture
 def cluster(tmp_path):
     """cluster(docs=(), claims={}) -> a rehearse.Cluster whose containers and network are removed
@@ -148,7 +155,8 @@ def cluster(tmp_path):
         prefix = f"rt{os.getpid()}-{next(_prefixes)}-"
         workdir = tmp_path / prefix
         workdir.mkdir()
-        made.append(rehearse.Cluster(list(docs), claims or {}, workdir, prefix=prefix))
+        made.append(rehearse.Cluster(list(docs), claims or {}, workdir, prefix=prefix,
+                                     node_env=NODE_ENV))
         return made[-1]
 
     yield make
