@@ -3,8 +3,8 @@
 # Dockerfile, install and build scripts as the EKS image (scripts/image-build.sh); only the base
 # images differ. A Debian 12 base made here (scripts/image-base.sh) stands in for NVIDIA's CUDA
 # images, and this machine's CUDA toolkit is mounted into the build (NVIDIA's devel image has its
-# own). Also tags the stages the final image does not hold (IMAGE-build or IMAGE-programs, and
-# IMAGE-libraries) so that the next build finds them cached, removes what earlier builds left
+# own). Also tags the stages the final image does not hold (IMAGE-build, unless --from-build,
+# and IMAGE-libraries) so that the next build finds them cached, removes what earlier builds left
 # untagged, and prints the commands, the time and the sizes.
 # Usage: scripts/image-local.sh [--base-only | --from-build BUILD_DIR] [IMAGE]
 #                                          (default IMAGE: localhost/resnet-trainer:local)
@@ -59,23 +59,16 @@ if [ -n "$base_only" ]; then
   exit
 fi
 if [ -n "$from_build" ]; then
-  # /stage as the build stage would leave it, made from this machine's build and imported as the
-  # image IMAGE-programs, again only when a staged file changed (its fingerprint: each file's
-  # path, size and time). stage-runtime.sh brings the wheel's libraries (lib/, gigabytes) up to
-  # date file by file and keeps timestamps; the programs and system libraries are staged afresh.
+  # /stage as the build stage would leave it, made from this machine's build and given to the
+  # build as the context named `programs`, which takes the place of the stage of that name
+  # (buildah looks a COPY --from or RUN --mount from= up among the build contexts first). No
+  # image of it is made: importing the 4 GB as one cost a minute of CPU beside the tests and
+  # 4 GB of disk. stage-runtime.sh brings the wheel's libraries (lib/, gigabytes) up to date file
+  # by file and keeps timestamps; the programs and system libraries are staged afresh.
   programs_dir=$(realpath "$from_build")/image-programs
   run rm -rf "$programs_dir/stage/system" "$programs_dir/stage/opt/resnet-trainer/bin"
   run "$root/docker/stage-runtime.sh" "$from_build" "$programs_dir/stage" >&2
-  fingerprint=$(cd "$programs_dir" && find stage ! -type d -printf '%P %s %T@\n' | sort |
-    sha256sum | cut -c1-16)
-  programs=$image-programs
-  if [ "$(podman image inspect --format '{{index .Labels "stage-fingerprint"}}' "$programs" \
-    2>/dev/null)" != "$fingerprint" ]; then
-    echo "+ tar -C $programs_dir -cf - stage | podman import - $programs" >&2
-    tar -C "$programs_dir" -cf - stage |
-      podman import --change "LABEL stage-fingerprint=$fingerprint" - "$programs" >/dev/null
-  fi
-  args+=(--build-arg "PROGRAMS_FROM=$programs")
+  args+=(--build-arg PROGRAMS_FROM=scratch --build-context "programs=$programs_dir")
   stages=(libraries)
 else
   args+=(--build-arg PROGRAMS_FROM=build --volume "$cuda:/usr/local/cuda:ro")

@@ -3,9 +3,11 @@
 # Debian's -dev packages (apt) and LibTorch from the PyPI `torch` wheel in a virtual
 # environment kept in a cache outside the clone, so later runs reuse it.
 # Prints the cache's Python on the last line.
-# Usage: scripts/setup.sh [--build]
+# Usage: scripts/setup.sh [--build | --system]
 #   --build   what the build needs and nothing else: the container image's build stage runs this
 #             (no test tools, no torchvision, no podman)
+#   --system  Debian's packages alone, the tests' too, and no Python: the test command then builds
+#             the image's base (podman) beside the venv's downloads
 # CA_BUNDLE=FILE: extra certificate authorities (PEM) for pip to trust besides its own, e.g. those
 # of a TLS-intercepting proxy; the image build passes it as a build secret.
 set -euo pipefail
@@ -55,8 +57,8 @@ APT_TEST_PACKAGES=(git libgtest-dev shellcheck podman runc debootstrap mate-back
 TORCH_PACKAGES="torch==$TORCH_VERSION torchvision==$TORCHVISION_VERSION"
 case "${1:-}" in
   --build) TORCH_PACKAGES="torch==$TORCH_VERSION" PY_TOOLS="" ;;
-  "") APT_PACKAGES+=("${APT_TEST_PACKAGES[@]}") ;;
-  *) echo "setup.sh: unknown option $1. Usage: $0 [--build]" >&2; exit 2 ;;
+  "" | --system) APT_PACKAGES+=("${APT_TEST_PACKAGES[@]}") ;;
+  *) echo "setup.sh: unknown option $1. Usage: $0 [--build | --system]" >&2; exit 2 ;;
 esac
 
 sudo_if_needed() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -107,11 +109,15 @@ install_python_packages() {
   # shellcheck disable=SC2086
   "$VENV/bin/python" -m pip install -q ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} $torch >&2
   "$VENV/bin/python" -m pip install -q --no-deps "nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION" >&2
+  # --no-compile: the tools' modules are compiled when first imported, those alone, instead of
+  # all of them now (tensorflow's thousands, most never imported): 40 s less of CPU. Not for
+  # torch: the image stages its files as installed, and torchrun there cannot write a cache.
   # shellcheck disable=SC2086
-  [ -z "$PY_TOOLS" ] || "$VENV/bin/python" -m pip install -q $PY_TOOLS >&2
+  [ -z "$PY_TOOLS" ] || "$VENV/bin/python" -m pip install -q --no-compile $PY_TOOLS >&2
   echo "$want" >"$VENV/.installed"
 }
 
 install_apt_packages
+[ "${1:-}" != --system ] || exit 0
 install_python_packages
 echo "$VENV/bin/python"

@@ -6,15 +6,17 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 # Each traced command with the time it started, so that a log shows where the run's time went.
 PS4='+ $(date +%T) '
 echo "test.sh: started at $(date +%T)" >&2
-python=$("$root/scripts/setup.sh" | tail -n 1)
+# Debian's packages first (podman among them), so that the image's base builds beside the rest.
+"$root/scripts/setup.sh" --system
 export BUILD_DIR=${BUILD_DIR:-$root/build}
 
 # The image the deploy tests run (tests/deploy/image_support.py), built in the background: its
-# base and runtime packages (from bare, debootstrap and apt: minutes, mostly downloads) beside the
-# compile, then the image from the programs just built (IMAGE_FROM_SOURCE=1: compiled in its
-# build stage, as for EKS) beside the C++ tests and pytest's first pass; the serial pass's tests
-# are the ones that run it. From a warm cache both take seconds. The tests' own build then finds
-# every layer cached, or fails and says why.
+# base and runtime packages (from bare, debootstrap and apt: a minute of one core and downloads)
+# beside the venv's downloads, which leave half the CPU idle, and the compile; then the image
+# from the programs just built (IMAGE_FROM_SOURCE=1: compiled in its build stage, as for EKS)
+# beside the C++ tests and pytest's first pass; the serial pass's tests are the ones that run
+# it. From a warm cache both take seconds. The tests' own build then finds every layer cached, or
+# fails and says why.
 image_log=$(mktemp)
 image_build=
 image=localhost/resnet-trainer:local  # the name tests/deploy/image_support.py runs
@@ -29,6 +31,7 @@ image_in_background() {
   image_build=$!
 }
 if command -v podman >/dev/null; then image_in_background --base-only; fi
+python=$("$root/scripts/setup.sh" | tail -n 1)
 "$root/scripts/build.sh"
 if [ -n "$image_build" ]; then
   wait "$image_build" || echo "test.sh: the image's base failed ($(tail -n 1 "$image_log"))" >&2
