@@ -19,15 +19,16 @@ BUILD = pathlib.Path(os.environ.get("TRAINER_BUILD_DIR", ROOT / "build"))
 # and those that run the container image (whole jobs, one image build). They run in two lanes
 # side by side, one test of each at a time (pytest-xdist's loadgroup): about a third of the
 # cores stood idle while they ran one at a time, waiting on container starts, rendezvous, kills
-# and grace periods. The lanes hold about equal time, the image's jobs in one.
+# and grace periods. The lanes hold about equal time (on 2 cores, about 15 minutes each): the
+# image's jobs in one, with torchrun's tests on the host, and the other processes in the other.
 SERIAL_LANES = {
     "image": {
         "deploy/test_image.py", "deploy/test_image_run.py", "deploy/test_trainjob.py",
         "deploy/test_entrypoint.py", "deploy/test_rehearsal_names.py",
-        "deploy/test_k8s_wait_nodes.py",
+        "deploy/test_k8s_wait_nodes.py", "test_torchrun.py",
     },
     "processes": {
-        "test_chaos.py", "deploy/test_pytorchjob.py", "test_stop_deadline.py", "test_torchrun.py",
+        "test_chaos.py", "deploy/test_pytorchjob.py", "test_stop_deadline.py",
         "test_distributed_cli.py", "test_elastic.py", "test_faults.py",
         "test_imagenet_convert.py", "deploy/test_eks_export.py", "deploy/test_eks_teardown.py",
     },
@@ -48,6 +49,23 @@ def pytest_collection_modifyitems(items):
         if lane:
             item.add_marker(pytest.mark.serial)
             item.add_marker(pytest.mark.xdist_group(lane))
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's, run where it schedules
+def pytest_xdist_node_collection_finished(node, ids):
+    """pytest-xdist keeps a lane on one worker by ending each of its tests' ids with the lane's
+    name (--dist loadgroup). With pytest 9.2 (xdist 3.8) that no longer takes, and the lanes would
+    mix unnoticed: container jobs beside each other, deadlines beside both (pytest-xdist issue
+    #1386). So an id without its lane stops the run before any test starts."""
+    if node.config.getvalue("dist") != "loadgroup":
+        return
+    for nodeid in ids:
+        lane = SERIAL_MODULES.get(nodeid.split("::")[0].removeprefix("tests/"))
+        if lane and not nodeid.endswith("@" + lane):
+            pytest.exit(f"pytest-xdist did not put {nodeid} in its lane {lane!r} (pytest "
+                        f"{pytest.__version__}): the serial lanes would mix. Fix: "
+                        "scripts/setup.sh installs a pytest that xdist groups with (below 9.2)",
+                        returncode=pytest.ExitCode.USAGE_ERROR)
 
 
 _torchrun_logs = None  # the folder pytest_configure made, which pytest_unconfigure removes

@@ -11,10 +11,10 @@
 #include "src/config.h"
 #include "src/config_limits.h"
 
-namespace trainer {
+// Inside limits itself: a using-directive here would reach the files compiled after this one
+// in its unity batch.
+namespace trainer::limits {
 namespace {
-
-using namespace limits;
 
 constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -97,4 +97,4 @@ TEST(ConfigLimits, HelpShowsEachKeysRuleAndEachChoiceKeysValues) {
 }
 
 }  // namespace
-}  // namespace trainer
+}  // namespace trainer::limits
