@@ -70,6 +70,8 @@ if [ -n "$from_build" ]; then
   run "$root/docker/stage-runtime.sh" "$from_build" "$programs_dir/stage" >&2
   args+=(--build-arg PROGRAMS_FROM=scratch --build-context "programs=$programs_dir")
   stages=(libraries)
+  # The imported tree earlier versions of this script kept (4 GB), which nothing uses now.
+  ! podman image exists "$image-programs" || run podman rmi "$image-programs" >/dev/null
 else
   args+=(--build-arg PROGRAMS_FROM=build --volume "$cuda:/usr/local/cuda:ro")
 fi
