@@ -1,7 +1,7 @@
-// An error the user can fix (see STYLE.md): bad configuration, input or environment, with a
-// message that names the offending value, where it came from and the fix. Thrown with USER_CHECK.
-// Apart from check.h's library checks, so that code reading files (data/formats) needs neither
-// CUDA, NCCL nor MPI to build.
+// An error the user can fix: bad configuration, input or environment, with a message that names
+// the offending value, where it came from and the fix. Thrown with USER_CHECK. The library checks
+// live apart (cuda_check.h, cudnn_check.h, nccl_check.h, mpi_check.h beside this file), so that
+// code reading files (data/formats) builds without CUDA, NCCL or MPI.
 #pragma once
 
 #include <sstream>

@@ -1,11 +1,10 @@
 // A residual block's input x is read by two branches: the block's first convolution and its
 // shortcut (the identity, or the downsample's convolution). Autograd sums x's two gradients in a
-// pass of its own, reading both and writing the sum (about 1.9 ms of an H200's 34 ms ResNet-50
-// step at batch 256, docs/BENCHMARKS.md). conv_beside_shortcut returns the convolution's output
-// and x again, for the shortcut to read, as one differentiable op: its backward receives both
-// gradients and sums them inside the convolution's dgrad, in the epilogue of one cuDNN graph
-// (models/cuda/conv_bn_graphs.h), or as ATen's dgrad and an add where cuDNN has no such graph and
-// off the GPU.
+// pass of its own, reading both and writing the sum (its share of the step: docs/BENCHMARKS.md).
+// conv_beside_shortcut returns the convolution's output and x again, for the shortcut to read,
+// as one differentiable op: its backward receives both gradients and sums them inside the
+// convolution's dgrad, in the epilogue of one cuDNN graph (models/cuda/conv_bn_graphs.h), or as
+// ATen's dgrad and an add where cuDNN has no such graph and off the GPU.
 #pragma once
 
 #include <ATen/core/Tensor.h>

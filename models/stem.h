@@ -21,8 +21,8 @@ at::Tensor padded_stem_conv(const at::Tensor& image, const at::Tensor& weight, i
 // fourth channel makes that 16 channels (a multiple of 8); the weight is padded to 8x8 with zeros
 // and rearranged the same way. On Hopper cuDNN ran the 7x7/2 form on older-generation kernels
 // (sm80 implicit GEMM, ~15x the arithmetic's time; docs/BENCHMARKS.md); 16 channels at stride 1
-// is the shape the newer kernels take, which a GPU run must confirm (device-checks.sh stem).
-// Any image size; the outputs are the plain convolution's up to the order of the additions.
+// is the shape the newer kernels take, which a GPU run must confirm (scripts/device/checks.sh
+// stem). Any image size; the outputs are the plain convolution's up to the order of the additions.
 at::Tensor space_to_depth_stem_conv(const at::Tensor& image, const at::Tensor& weight);
 
 }  // namespace trainer

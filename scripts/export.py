@@ -38,8 +38,9 @@ def config_value(config, key, default):
 
 
 class BlurPoolConv2d(torch.nn.Module):
-    """FFCV's BlurPool: a depthwise [1 2 1] x [1 2 1] / 16 blur, stride 1, before the wrapped
-    strided convolution (the trainer's blurpool = true, models/resnet.h)."""
+    """FFCV's BlurPoolConv2d (examples/imagenet train_imagenet.py): a depthwise [1 2 1] x [1 2 1]
+    / 16 blur, stride 1, before the wrapped strided convolution (the trainer's blurpool = true,
+    models/resnet.h). tests/train/test_technique_parity.py holds it to the trainer's."""
 
     def __init__(self, conv):
         super().__init__()
@@ -54,6 +55,7 @@ class BlurPoolConv2d(torch.nn.Module):
 
 
 def apply_blurpool(module):
+    """FFCV's apply_blurpool: every strided Conv2d with 16 or more input channels."""
     for name, child in module.named_children():
         if isinstance(child, torch.nn.Conv2d) and max(child.stride) > 1 and \
                 child.in_channels >= 16:

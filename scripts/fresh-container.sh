@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs a command of the README as a freshly installed machine would: in a new Debian 12 container
-# (scripts/image-base.sh) where nothing but the project's set-up installs anything, on a copy of
+# (scripts/image/base.sh) where nothing but the project's set-up installs anything, on a copy of
 # the committed tree, with this machine's CUDA toolkit mounted read-only (the toolkit is the one
 # thing the README expects to be there already). Tests that need podman skip inside it (no nested
 # containers): run those on the host. Prints the command's exit status and wall time.
@@ -24,7 +24,7 @@ run() {
   "$@"
 }
 
-"$root/scripts/image-base.sh" "$base"
+"$root/scripts/image/base.sh" "$base"
 work=$(mktemp -d)
 name=fresh-$$
 # shellcheck disable=SC2064  # the names now

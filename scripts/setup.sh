@@ -51,7 +51,7 @@ APT_PACKAGES=(
 )
 # The tests': GoogleTest, shellcheck, the container tools that build and run the image
 # (tests/deploy/test_image_run.py; runc: crun cannot start containers on every kernel), and real
-# photographs to fine-tune on (mate-backgrounds; scripts/make_photo_dataset.py), and clang for the
+# photographs to fine-tune on (mate-backgrounds; scripts/dev/make_photo_dataset.py), and clang for the
 # sanitizer builds and libFuzzer (scripts/fuzz.sh --check in the test command) with its run-time
 # libraries (libclang_rt.asan, .fuzzer...), which clang only recommends.
 APT_TEST_PACKAGES=(git libgtest-dev shellcheck podman runc debootstrap mate-backgrounds clang

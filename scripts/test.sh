@@ -24,10 +24,10 @@ image_source=(--from-build "$BUILD_DIR")
 [ "${IMAGE_FROM_SOURCE:-0}" != 1 ] || image_source=()
 # shellcheck disable=SC2064  # the log's name now; the build's when it runs
 trap "rm -f '$image_log'; "'[ -z "$image_build" ] || kill "$image_build" 2>/dev/null || true' EXIT
-# image_in_background ARGS...: scripts/image-local.sh ARGS... IMAGE, its output to $image_log.
+# image_in_background ARGS...: scripts/image/local.sh ARGS... IMAGE, its output to $image_log.
 image_in_background() {
-  echo "+ scripts/image-local.sh $* $image >$image_log (in the background)" >&2
-  timeout 3600 "$root/scripts/image-local.sh" "$@" "$image" >"$image_log" 2>&1 &
+  echo "+ scripts/image/local.sh $* $image >$image_log (in the background)" >&2
+  timeout 3600 "$root/scripts/image/local.sh" "$@" "$image" >"$image_log" 2>&1 &
   image_build=$!
 }
 if command -v podman >/dev/null; then image_in_background --base-only; fi

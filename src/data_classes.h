@@ -3,7 +3,7 @@
 // go into checkpoints and are checked against the checkpoints a run starts from or evaluates.
 #pragma once
 
-#include "src/config.h"
+#include "src/config/config.h"
 #include "src/state/class_match.h"
 
 namespace trainer {

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "src/config.h"
+#include "src/config/config.h"
 
 namespace trainer {
 

@@ -20,18 +20,18 @@
 #include "base/bounded_wait.h"
 #include "base/stop_signal.h"
 #include "base/user_error.h"
-#include "src/benchmark.h"
-#include "src/config.h"
+#include "src/config/config.h"
 #include "src/data_classes.h"
 #include "src/device.h"
-#include "src/dist/process_group.h"
-#include "src/dist/watchdog.h"
+#include "src/distributed/process_group.h"
+#include "src/distributed/watchdog.h"
 #include "src/environment.h"
-#include "src/evaluation.h"
-#include "src/fit.h"
 #include "src/part_options.h"
 #include "src/report/metrics_log.h"
-#include "src/run_plan.h"
+#include "src/run/benchmark.h"
+#include "src/run/evaluation.h"
+#include "src/run/fit.h"
+#include "src/run/plan.h"
 #include "src/sources.h"
 #include "src/train/trainer.h"
 
@@ -47,11 +47,11 @@ void create_output_dir(const Config& config) {
              ". Fix: point output_dir at a writable volume");
 }
 
-void write_resolved_config(const Config& config) {
+void write_resolved_config(const Config& config, const std::string& resolved) {
   const fs::path path = fs::path(config.output_dir) / "config.toml";
   std::ofstream out(path);
   USER_CHECK(out, "cannot write ", path, ". Fix: make output_dir writable");
-  out << config_to_toml(config);
+  out << resolved;
 }
 
 void report_benchmark(const BenchmarkResult& r, const Config& config, MetricsLog& metrics) {
@@ -151,17 +151,18 @@ int run(int argc, char** argv, std::unique_ptr<ProcessGroup>& group) {
   if (group->launched())
     watchdog.emplace(*group, std::chrono::seconds(config.collective_timeout_s), device);
   log_world(*group, device, group->init_nccl(device));
-  spdlog::info("resolved configuration:\n{}", config_to_toml(config));
+  TrainerOptions trainer_setup = trainer_options(config);
+  spdlog::info("resolved configuration:\n{}", trainer_setup.resolved_config);
   if (group->rank() == 0) create_output_dir(config);
   // An evaluation leaves the config.toml of the run that trained in output_dir as it is.
-  if (group->rank() == 0 && !config.evaluate_only) write_resolved_config(config);
+  if (group->rank() == 0 && !config.evaluate_only)
+    write_resolved_config(config, trainer_setup.resolved_config);
   const bool reports = group->rank() == 0;  // rank 0 writes the run's metrics and events
   MetricsLog metrics(
       reports ? fs::path(config.output_dir) / "metrics.jsonl" : fs::path(),
       reports && config.tensorboard ? (fs::path(config.output_dir) / "tensorboard").string() : "");
   install_stop_signal_handlers();
   // Before the indexes are built: a names file that does not fit the run stops it at once.
-  TrainerOptions trainer_setup = trainer_options(config);
   trainer_setup.classes = find_data_classes(config);
 
   build_tfrecord_indexes(config, group->local_rank(), group->local_size());

@@ -133,7 +133,7 @@ FitOptions fit_options(const Config& c) {
   o.max_steps = c.max_steps;
   o.images_per_step = c.images_per_step();
   o.images_per_micro_batch = c.images_per_micro_batch();
-  o.drop_last = c.drop_last;
+  o.whole_steps_of = c.whole_steps_of();
   o.log_every_steps = c.log_every_steps;
   o.eval_every_epochs = c.eval_every_epochs;
   o.checkpoint_every_steps = c.checkpoint_every_steps;
@@ -149,7 +149,6 @@ FitOptions fit_options(const Config& c) {
   o.schedule = lr_schedule_options(c);
   o.interval = interval_log_options(c);
   o.start = start_options(c);
-  o.resolved_config = config_to_toml(c);
   return o;
 }
 

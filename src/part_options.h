@@ -2,11 +2,11 @@
 // src/sources.cpp does for the input: the parts never read Config.
 #pragma once
 
-#include "src/benchmark.h"
-#include "src/config.h"
-#include "src/fit.h"
+#include "src/config/config.h"
 #include "src/report/interval_log.h"
-#include "src/run_start.h"
+#include "src/run/benchmark.h"
+#include "src/run/fit.h"
+#include "src/run/start.h"
 #include "src/train/lr_schedule.h"
 #include "src/train/trainer.h"
 

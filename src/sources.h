@@ -8,7 +8,7 @@
 
 #include "data/sources/batch_source.h"
 #include "data/sources/image_size_schedule.h"
-#include "src/config.h"
+#include "src/config/config.h"
 
 namespace trainer {
 

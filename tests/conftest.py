@@ -25,12 +25,13 @@ SERIAL_LANES = {
     "image": {
         "deploy/test_image.py", "deploy/test_image_run.py", "deploy/test_trainjob.py",
         "deploy/test_entrypoint.py", "deploy/test_rehearsal_names.py",
-        "deploy/test_k8s_wait_nodes.py", "test_torchrun.py",
+        "deploy/test_k8s_wait_nodes.py", "distributed/test_torchrun.py",
     },
     "processes": {
-        "test_chaos.py", "deploy/test_pytorchjob.py", "test_stop_deadline.py",
-        "test_distributed_cli.py", "test_elastic.py", "test_faults.py",
-        "test_imagenet_convert.py", "deploy/test_eks_export.py", "deploy/test_eks_teardown.py",
+        "run/test_chaos.py", "deploy/test_pytorchjob.py", "run/test_stop_deadline.py",
+        "distributed/test_distributed_cli.py", "distributed/test_elastic.py", "run/test_faults.py",
+        "tools/test_imagenet_convert.py", "deploy/test_eks_export.py",
+        "deploy/test_eks_teardown.py",
     },
 }
 SERIAL_MODULES = {module: lane for lane, modules in SERIAL_LANES.items() for module in modules}
@@ -147,13 +148,13 @@ PHOTO_VAL_SIZE = 72  # held-out crops' side: the evaluation's val_resize leaves 
 
 @pytest.fixture(scope="session")
 def photo_dataset(tmp_path_factory):
-    """10 classes of crops of real photographs (scripts/make_photo_dataset.py) as an ImageFolder
+    """10 classes of crops of real photographs (scripts/dev/make_photo_dataset.py) as an ImageFolder
     tree (`folder`/train, `folder`/val) and as TFRecords (`tfrecords`/train-*, validation-*)."""
     if not PHOTOS.is_dir():
         pytest.skip(f"{PHOTOS} is missing; scripts/setup.sh installs mate-backgrounds")
     root = tmp_path_factory.mktemp("photos")
     folder, records = root / "folder", root / "tfrecords"
-    subprocess.run([sys.executable, ROOT / "scripts/make_photo_dataset.py",
+    subprocess.run([sys.executable, ROOT / "scripts/dev/make_photo_dataset.py",
                     folder, "--photos", PHOTOS, "--val-size", str(PHOTO_VAL_SIZE),
                     "--val-per-class", "30"], check=True,
                    timeout=300)

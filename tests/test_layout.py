@@ -1,9 +1,10 @@
 """The layout shows the architecture, and the includes keep to it: base/ (what every layer uses)
 includes nothing of ours above it; models/ and data/ include nothing from src/; inside data/,
-formats < transforms < datasets < sources; no two units (a header and its source) include each
+formats < transforms < datasets < sources; inside src/, config/ < run/ < the top (main and the
+seam); no two units (a header and its source) include each
 other, however indirectly; README's layout table names the folder of every source file; a unit
 includes MPI's, NCCL's, CUDA's or cuDNN's headers only when it talks to that library; and files
-and functions stay small, the tests' files too."""
+and functions stay small, the tests' files too, and the tops of src/, tests/ and scripts/ few."""
 import re
 from collections import defaultdict
 
@@ -115,6 +116,41 @@ def test_readme_layout_table_names_every_source_folder():
     assert {f for f in named if not (ROOT / f).is_dir()} == set(), "named folders that do not exist"
 
 
+# src/'s own floors: the configuration below one run's steps, and both below src/'s top (`main`
+# and the seam that makes each part's options), so that a room reads without the wiring above it.
+SRC_ABOVE = {"src/config": {"src/run", "src/top"}, "src/run": {"src/top"}}
+
+
+def src_room(path):
+    """src/config, src/run, ... for a file of src/'s rooms; src/top for one at src/'s top."""
+    parts = path.split("/")
+    return "src/top" if len(parts) == 2 else "/".join(parts[:2])
+
+
+def test_src_rooms_include_nothing_above_them():
+    upward = []
+    for f, incs in includes().items():
+        if f.startswith("src/") and src_room(f) in SRC_ABOVE:
+            above = SRC_ABOVE[src_room(f)]
+            upward += [f"{f} includes {i}" for i in incs
+                       if i.startswith("src/") and src_room(i) in above]
+    assert upward == []
+
+
+# What a reader sees first: the tops of src/, tests/ and scripts/ hold few entries, the rest in
+# rooms named for what they hold.
+MAX_SRC_TOP_SOURCES = 8
+MAX_TOP_ENTRIES = {"tests": 25, "scripts": 16}
+
+
+def test_the_tops_of_src_tests_and_scripts_stay_small():
+    src_top = sorted(p.name for p in (ROOT / "src").glob("*.cpp"))
+    assert len(src_top) <= MAX_SRC_TOP_SOURCES, src_top
+    for folder, limit in MAX_TOP_ENTRIES.items():
+        entries = sorted(p.name for p in (ROOT / folder).iterdir() if p.name != "__pycache__")
+        assert len(entries) <= limit, f"{folder}/: {len(entries)} entries: {entries}"
+
+
 # Small files and functions, so that each reads at once: no source file over 400 lines, no
 # function over 60.
 MAX_FILE_LINES = 400
@@ -181,30 +217,31 @@ def test_the_library_checks_stay_apart_from_user_errors():
 
 
 def test_each_config_key_is_declared_once():
-    # src/config_keys.def is where a key is declared, with its default, limits and help: the
+    # src/config/keys.def is where a key is declared, with its default, limits and help: the
     # Config struct's only fields of its own are the ones the launcher sets, and the command line
     # binds no key by name.
-    table = (ROOT / "src" / "config_keys.def").read_text()
+    table = (ROOT / "src" / "config/keys.def").read_text()
     keys = re.findall(r'^CONFIG_KEY\(\s*"[^"]+",\s*[\w:<>]+,\s*(\w+),', table, re.M)
     assert len(keys) > 90 and len(keys) == len(set(keys))
-    header = (ROOT / "src" / "config.h").read_text()
+    header = (ROOT / "src" / "config/config.h").read_text()
     struct = header[header.index("struct Config {"):]
     struct = struct[:struct.index("\n};")]
     assert set(re.findall(r"^  [\w:<>]+ (\w+) = ", struct, re.M)) == {
         "world_size", "restart_count", "elastic"}
-    binding = (ROOT / "src" / "config.cpp").read_text()
+    binding = (ROOT / "src" / "config/config.cpp").read_text()
     assert [k for k in keys if f'"{k}"' in binding or f'"--{k}"' in binding] == []
 
 
 # The units that read Config: the configuration itself and the wiring that makes each part's
 # options from it (src/part_options.h, src/sources.h). The parts, the training loop and the
 # checkpoints among them, get their own options instead.
-CONFIG_READERS = {"src/config", "src/config_choices", "src/config_validate", "src/data_classes",
-                  "src/device", "src/main_train", "src/part_options", "src/run_plan", "src/sources"}
+CONFIG_READERS = {"src/config/config", "src/config/choices", "src/config/validate",
+                  "src/data_classes", "src/device", "src/main_train", "src/part_options",
+                  "src/run/plan", "src/sources"}
 
 
 def test_only_the_wiring_reads_the_configuration():
-    readers = {unit(f) for f, incs in includes().items() if "src/config.h" in incs}
+    readers = {unit(f) for f, incs in includes().items() if "src/config/config.h" in incs}
     assert readers - CONFIG_READERS == set()
 
 
@@ -239,3 +276,25 @@ def test_every_cited_note_is_written():
     titles = {p: {" ".join(re.sub(r"\n\s*(//|#)?", " ", title).split())
                   for title in re.findall(r"Note \[([^\]]+)\]", p.read_text())} for p in citing}
     assert {f"{rel(p)}: {title}" for p, ts in titles.items() for title in ts - written} == set()
+
+
+# A comment that cites a file of the project names one that exists: a header by its name
+# (cuda_check.h) or any file by its path (tests/run/test_chaos.py). Files of other projects are
+# cited with their project (torchvision's references/classification/train.py) and are not checked.
+CITED_FILE = re.compile(r"(?<![\w<./-])([\w/.-]+\.(?:h|cpp|cu|cuh|def)|"
+                        r"(?:base|models|data|src|tests|scripts|docs|configs)/[\w/.-]+"
+                        r"\.(?:py|sh|md|toml|yaml))\b")
+
+
+def test_every_file_a_comment_cites_exists():
+    names = {p.name for d in SOURCE_DIRS + ["tests"] for p in (ROOT / d).rglob("*")}
+    missing = set()
+    for p in sources() + [ROOT / "CMakeLists.txt"]:
+        for line in p.read_text().splitlines():
+            comment = line.partition("//")[2] if p.suffix != ".txt" else line.partition("#")[2]
+            for cited in CITED_FILE.findall(comment):
+                if cited.endswith(".pb.h"):  # generated by the build
+                    continue
+                if not ((ROOT / cited).exists() if "/" in cited else cited in names):
+                    missing.add(f"{rel(p)}: {cited}")
+    assert sorted(missing) == [], sorted(missing)

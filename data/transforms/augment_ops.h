@@ -1,7 +1,7 @@
 // The image operations of AutoAugment, RandAugment and TrivialAugmentWide on a uint8 RGB crop,
 // each as torchvision.transforms.v2.functional computes it on a uint8 tensor (float32 arithmetic,
 // truncation to uint8; nearest or bilinear interpolation and fill 0 for the geometric ones), and
-// the rectangle fill of random erasing. tests/test_augment_parity.py checks them against
+// the rectangle fill of random erasing. tests/data/test_augment_parity.py checks them against
 // torchvision.
 #pragma once
 

@@ -21,7 +21,7 @@ using Op = AugmentOp;
 
 // torch.linspace(start, end, steps) in float32, as ATen's CPU kernel computes it: the first half
 // from `start`, the rest back from `end`, each one fused multiply-add (the kernel is compiled
-// with FMA contraction). tests/test_augment_parity.py compares every table with torch's.
+// with FMA contraction). tests/data/test_augment_parity.py compares every table with torch's.
 std::vector<float> linspace(double start_value, double end_value, int steps) {
   const float start = static_cast<float>(start_value), end = static_cast<float>(end_value);
   const float step = (end - start) / static_cast<float>(steps - 1);

@@ -3,8 +3,8 @@
 // job. NCCL on GPUs (the trainer's path), MPI on the CPU.
 //   mpirun -np 16 bench-allreduce --min-bytes 1M --max-bytes 256M
 // algbw = bytes / time; busbw = algbw x 2(N-1)/N, comparable with the link's speed.
-// As an acceptance gate (k8s-render.sh allreduce-NODE-TYPE) it fails, exit 1, when any element
-// sums wrong or the largest message's busbw falls short of --min-busbw.
+// As an acceptance gate (scripts/k8s/render.sh allreduce-NODE-TYPE) it fails, exit 1, when any
+// element sums wrong or the largest message's busbw falls short of --min-busbw.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -18,7 +18,7 @@
 
 #include "base/user_error.h"
 #include "src/device.h"
-#include "src/dist/process_group.h"
+#include "src/distributed/process_group.h"
 #include "src/environment.h"
 
 namespace trainer {
@@ -115,7 +115,7 @@ int verdict(ProcessGroup& group, const Options& o, const Sweep& found) {
       std::fprintf(stderr,
                    "bench-allreduce: FAILED: bus bandwidth %.2f GB/s at %lld bytes, below the "
                    "required %g GB/s (--min-busbw). HINT: NCCL may be using TCP, not EFA "
-                   "(scripts/k8s-check-efa.sh reads its log); or a node's link is degraded\n",
+                   "(scripts/k8s/check_efa.sh reads its log); or a node's link is degraded\n",
                    found.busbw, static_cast<long long>(found.bytes), o.min_busbw);
   }
   return group.sum(group.rank() == 0 && !passed ? 1 : 0) == 0 ? 0 : 1;

@@ -276,7 +276,7 @@ bool measure(const ConvShape& shape, const Options& o, at::ScalarType dtype,
 
 int run_benchmark(const Options& o) {
   USER_CHECK(at::cuda::is_available(),
-             "no GPU is visible here: run it on a GPU machine (scripts/device-checks.sh fusion)");
+             "no GPU is visible here: run it on a GPU machine (scripts/device/checks.sh fusion)");
   const at::ScalarType dtype = o.precision == "bf16" ? at::kBFloat16 : at::kHalf;
   at::globalContext().setAllowTF32CuDNN(false);  // the float32 references in float32, not TF32
   at::globalContext().setBenchmarkCuDNN(o.cudnn_benchmark);

@@ -69,7 +69,7 @@ std::string check(const Pool& aten, const Pool& compact, const at::Tensor& x,
 
 int run_benchmark(const Options& o) {
   USER_CHECK(at::cuda::is_available(),
-             "no GPU is visible here: run it on a GPU machine (scripts/device-checks.sh fusion)");
+             "no GPU is visible here: run it on a GPU machine (scripts/device/checks.sh fusion)");
   const at::ScalarType dtype = o.precision == "bf16"   ? at::kBFloat16
                                : o.precision == "fp32" ? at::kFloat
                                                        : at::kHalf;

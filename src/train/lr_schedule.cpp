@@ -5,9 +5,13 @@
 
 namespace trainer {
 
+double peak_lr(double base_lr, int64_t images_per_step) {
+  return base_lr * static_cast<double>(images_per_step) / 256.0;
+}
+
 LrSchedule::LrSchedule(const LrScheduleOptions& o, int64_t samples_per_epoch)
     : kind_(o.kind),
-      peak_(o.base_lr * static_cast<double>(o.images_per_step) / 256.0),
+      peak_(peak_lr(o.base_lr, o.images_per_step)),
       warmup_samples_(std::llround(o.warmup_epochs * static_cast<double>(samples_per_epoch))),
       total_samples_(o.epochs * samples_per_epoch),
       gamma_(o.step_gamma),

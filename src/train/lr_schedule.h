@@ -24,6 +24,9 @@ struct LrScheduleOptions {
   double poly_power = 2.0;           // poly: (1 - progress)^power
 };
 
+// The linear scaling rule's peak: `base_lr` per 256 images, for a step of `images_per_step`.
+double peak_lr(double base_lr, int64_t images_per_step);
+
 class LrSchedule {
  public:
   // `samples_per_epoch`: images in one training epoch.

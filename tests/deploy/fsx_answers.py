@@ -1,5 +1,5 @@
 """Recorded answers about the FSx for Lustre file system and the trainer's pods, which
-scripts/eks-teardown.sh and scripts/eks-export.sh both ask for."""
+scripts/eks/teardown.sh and scripts/eks/export.sh both ask for."""
 
 VPC, GROUP, FILE_SYSTEM = "vpc-0a1b2c3d4e5f60718", "sg-0fedcba9876543210", "fs-0123456789abcdef0"
 FSX_DELETED = "delete --ignore-not-found -f"  # + .../fsx.yaml: matched with "fsx.yaml"

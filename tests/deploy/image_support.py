@@ -1,6 +1,6 @@
 """What the tests of the built image share: building it once per test session with
-scripts/image-local.sh (podman, a local Debian 12 base; the base alone for tests that need no
-trainer), the rehearsal helpers of scripts/k8s-rehearse.py, a CPU-sized trainer config for the
+scripts/image/local.sh (podman, a local Debian 12 base; the base alone for tests that need no
+trainer), the rehearsal helpers of scripts/k8s/rehearse.py, a CPU-sized trainer config for the
 cluster targets, a small TFRecord dataset made by the image's own tools, and waits that end when
 the container they wait on has. Where podman is missing or cannot start containers, the tests
 that need the image skip and say why."""
@@ -26,7 +26,7 @@ CONTAINERS_CONF = str(ROOT / "docker" / "podman.conf")
 BUILD_TIMEOUT_S = 3600
 RUN_TIMEOUT_S = 1800
 
-_spec = importlib.util.spec_from_file_location("k8s_rehearse", ROOT / "scripts" / "k8s-rehearse.py")
+_spec = importlib.util.spec_from_file_location("k8s_rehearse", ROOT / "scripts" / "k8s" / "rehearse.py")
 rehearse = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(rehearse)
 _prefixes = itertools.count()
@@ -62,13 +62,13 @@ def skip_without_podman():
 
 
 def base_image():
-    """The Debian 12 base image (bash, getent; no trainer), made by scripts/image-base.sh: a minute
+    """The Debian 12 base image (bash, getent; no trainer), made by scripts/image/base.sh: a minute
     or two the first time (debootstrap), seconds once its root file system is cached. Skips
     where podman is missing or cannot start containers."""
     skip_without_podman()
-    base = subprocess.run([ROOT / "scripts" / "image-base.sh", BASE_IMAGE], capture_output=True,
+    base = subprocess.run([ROOT / "scripts" / "image" / "base.sh", BASE_IMAGE], capture_output=True,
                           text=True, timeout=1200, env=podman_env())
-    assert base.returncode == 0, f"scripts/image-base.sh failed:\n{base.stderr[-3000:]}"
+    assert base.returncode == 0, f"scripts/image/base.sh failed:\n{base.stderr[-3000:]}"
     probe = subprocess.run(["podman", "run", "--rm", BASE_IMAGE, "true"], capture_output=True,
                            text=True, timeout=120)
     if probe.returncode != 0:
@@ -78,8 +78,8 @@ def base_image():
 
 def built_from_source():
     """Whether the tests' image compiles the project in its build stage (IMAGE_FROM_SOURCE=1, as
-    scripts/image-build.sh does for EKS; 9 minutes from bare on 2 idle cores), rather than
-    taking the programs from the build the tests run (scripts/image-local.sh --from-build)."""
+    scripts/image/build.sh does for EKS; 9 minutes from bare on 2 idle cores), rather than
+    taking the programs from the build the tests run (scripts/image/local.sh --from-build)."""
     return os.environ.get("IMAGE_FROM_SOURCE") == "1"
 
 
@@ -95,10 +95,10 @@ def image(tmp_path_factory):
     source = [] if built_from_source() else ["--from-build", build_dir()]
     start = time.monotonic()
     with open(log, "w") as out:
-        status = run_in_group([ROOT / "scripts" / "image-local.sh", *source, IMAGE], out,
+        status = run_in_group([ROOT / "scripts" / "image" / "local.sh", *source, IMAGE], out,
                               BUILD_TIMEOUT_S)
     print(f"image built in {time.monotonic() - start:.0f} s (log: {log})")
-    assert status == 0, f"scripts/image-local.sh failed:\n{log.read_text()[-5000:]}"
+    assert status == 0, f"scripts/image/local.sh failed:\n{log.read_text()[-5000:]}"
     return IMAGE
 
 

@@ -1,4 +1,4 @@
-"""The network acceptance jobs (scripts/k8s-render.sh allreduce-NODE-TYPE, docs/eks.md step 6):
+"""The network acceptance jobs (scripts/k8s/render.sh allreduce-NODE-TYPE, docs/eks.md step 6):
 each the MPIJob of its node type, same nodes, ranks and network settings, whose launcher runs
 bench-allreduce instead of train, to 2 GiB, gated at the bus bandwidth the guide states for the
 node type; a job of its own name, so it can run beside training. Its run on the CPU in the image

@@ -1,5 +1,5 @@
 """What the API server refuses beyond plain JSON Schema: every object of every target of
-scripts/k8s-render.sh, walked against its schema the way kube-apiserver validates a custom resource
+scripts/k8s/render.sh, walked against its schema the way kube-apiserver validates a custom resource
 (k8s.io/apiextensions-apiserver: defaulting, then schema/listtype.ValidateListSetsAndMaps, then the
 CEL rules), with its error messages:
 

@@ -1,4 +1,4 @@
-"""scripts/k8s-apply.sh, k8s-logs.sh and k8s-delete.sh against a stand-in kubectl that renders
+"""scripts/k8s/apply.sh, scripts/k8s/logs.sh and scripts/k8s/delete.sh against a stand-in kubectl that renders
 with the real one and records every other call: what they would do to a cluster, without one."""
 import os
 import subprocess
@@ -33,7 +33,7 @@ def cluster(tmp_path, kubectl):
         if log is not None:
             (tmp_path / "log").write_text(log)
             env["KUBECTL_LOG"] = str(tmp_path / "log")
-        proc = subprocess.run([str(ROOT / "scripts" / script), *args], capture_output=True,
+        proc = subprocess.run([str(ROOT / script), *args], capture_output=True,
                               text=True, env=env, timeout=120)
         return proc.returncode, proc.stderr, calls.read_text().splitlines()
 
@@ -41,7 +41,7 @@ def cluster(tmp_path, kubectl):
 
 
 def test_apply_applies_the_rendered_target(cluster):
-    code, err, calls = cluster("k8s-apply.sh", "p3.16xlarge", "--image", IMAGE, "--workers", "4")
+    code, err, calls = cluster("scripts/k8s/apply.sh", "p3.16xlarge", "--image", IMAGE, "--workers", "4")
     assert code == 0, err
     manifest = ROOT / "build" / "k8s" / "p3.16xlarge.yaml"
     assert calls == [f"kubectl apply -f {manifest}"]
@@ -50,9 +50,9 @@ def test_apply_applies_the_rendered_target(cluster):
 
 
 def test_apply_refuses_placeholders(cluster):
-    code, err, calls = cluster("k8s-apply.sh", "stage-data")
+    code, err, calls = cluster("scripts/k8s/apply.sh", "stage-data")
     assert code == 1 and "still has placeholders" in err and calls == []
-    code, err, calls = cluster("k8s-apply.sh", "fsx")
+    code, err, calls = cluster("scripts/k8s/apply.sh", "fsx")
     assert code == 1 and "FSX_SUBNET_ID" in err and calls == []
 
 
@@ -62,7 +62,7 @@ def test_apply_refuses_placeholders(cluster):
                                         ("smoke", "resnet50-smoke"),
                                         ("stage-data", "fsx-stage-data")])
 def test_logs_follow_the_launcher_or_the_job(cluster, target, job):
-    code, err, calls = cluster("k8s-logs.sh", target)
+    code, err, calls = cluster("scripts/k8s/logs.sh", target)
     assert code == 0, err
     assert calls[-1] == f"kubectl logs -f --pod-running-timeout=30m job/{job}"
 
@@ -70,7 +70,7 @@ def test_logs_follow_the_launcher_or_the_job(cluster, target, job):
 @pytest.mark.parametrize("target", ["pytorchjob-p3.16xlarge", "pytorchjob-p3dn.24xlarge"])
 def test_logs_follow_worker_0_of_a_pytorchjob(cluster, target):
     # Global rank 0, which logs the world, the progress and the accuracy, runs on worker 0.
-    code, err, calls = cluster("k8s-logs.sh", target)
+    code, err, calls = cluster("scripts/k8s/logs.sh", target)
     assert code == 0, err
     assert calls[0] == "kubectl get PyTorchJob/resnet50-elastic -o wide"
     assert calls[-1] == "kubectl logs -f --pod-running-timeout=30m pod/resnet50-elastic-worker-0"
@@ -80,17 +80,17 @@ def test_logs_follow_the_first_node_of_a_trainjob(cluster):
     # Global rank 0 runs on the node of index 0, whose pod's name the JobSet generates.
     first = ("-l jobset.sigs.k8s.io/jobset-name=resnet50-torch,"
              "batch.kubernetes.io/job-completion-index=0")
-    code, err, calls = cluster("k8s-logs.sh", "trainjob-p5.48xlarge")
+    code, err, calls = cluster("scripts/k8s/logs.sh", "trainjob-p5.48xlarge")
     assert code == 0, err
     assert calls[0] == "kubectl get TrainJob/resnet50-torch -o wide"
     assert calls[1] == f"kubectl get pods {first} -o name"
     assert calls[-1] == f"kubectl logs -f --pod-running-timeout=30m {first}"
-    code, err, calls = cluster("k8s-logs.sh", "trainjob-p5.48xlarge", "--once")
+    code, err, calls = cluster("scripts/k8s/logs.sh", "trainjob-p5.48xlarge", "--once")
     assert code == 0 and calls == [f"kubectl logs {first}"], err
 
 
 def test_logs_once_prints_the_log_so_far_without_waiting(cluster):
-    code, err, calls = cluster("k8s-logs.sh", "p3dn.24xlarge", "--once")
+    code, err, calls = cluster("scripts/k8s/logs.sh", "p3dn.24xlarge", "--once")
     assert code == 0, err
     assert calls == ["kubectl logs job/resnet50-launcher"]
 
@@ -113,7 +113,7 @@ SOCKET = "resnet50-worker-0:40:95 [0] NCCL INFO Using network Socket\n"
                                                (OFI_NEW + SOCKET, False, "then NCCL logged"),
                                                ("step 20/150\n", False, "no NCCL network line")])
 def test_check_efa_exits_0_only_when_nccl_selected_efa(cluster, target, log, uses_efa, says):
-    code, out_err, calls = cluster("k8s-check-efa.sh", target, log="NCCL INFO Bootstrap\n" + log)
+    code, out_err, calls = cluster("scripts/k8s/check_efa.sh", target, log="NCCL INFO Bootstrap\n" + log)
     assert (code == 0) == uses_efa, out_err
     assert calls[-1].startswith("kubectl logs ")
     if not uses_efa:
@@ -123,7 +123,7 @@ def test_check_efa_exits_0_only_when_nccl_selected_efa(cluster, target, log, use
 @pytest.mark.parametrize("target,role", [("p3dn.24xlarge", "Launcher"),
                                          ("pytorchjob-p3dn.24xlarge", "Worker")])
 def test_the_efa_targets_log_what_the_check_reads(rendered, target, role):
-    # The check reads NCCL_DEBUG=INFO lines of the pod whose log k8s-logs.sh prints (mpirun's
+    # The check reads NCCL_DEBUG=INFO lines of the pod whose log scripts/k8s/logs.sh prints (mpirun's
     # launcher gets it as `-x NCCL_DEBUG=INFO`): without them no EFA job could pass the check.
     settings = set()
     for doc in rendered(target):
@@ -137,12 +137,12 @@ def test_the_efa_targets_log_what_the_check_reads(rendered, target, role):
 
 def test_logs_refuses_a_target_without_a_job(cluster):
     for target in ("fsx", "tensorboard"):
-        code, _, calls = cluster("k8s-logs.sh", target)
+        code, _, calls = cluster("scripts/k8s/logs.sh", target)
         assert code == 2 and calls == []
 
 
 def test_delete_deletes_what_apply_created(cluster):
-    code, err, calls = cluster("k8s-delete.sh", "one-node")
+    code, err, calls = cluster("scripts/k8s/delete.sh", "one-node")
     assert code == 0, err
     assert calls == [f"kubectl delete --ignore-not-found -f {ROOT / 'build' / 'k8s' / 'one-node.yaml'}"]
 
@@ -159,7 +159,7 @@ def test_apply_refuses_an_fsx_value_that_a_failed_lookup_left(cluster, monkeypat
             "FSX_S3_IMPORT_PATH": "s3://my-bucket"}
     for name, v in {**good, variable: value}.items():
         monkeypatch.setenv(name, v)
-    code, err, calls = cluster("k8s-apply.sh", "fsx")
+    code, err, calls = cluster("scripts/k8s/apply.sh", "fsx")
     assert code == 1 and f"{variable}='{value}'" in err and calls == []
 
 
@@ -167,7 +167,7 @@ def test_apply_applies_fsx_with_real_looking_values(cluster, monkeypatch):
     for name, v in {"FSX_SUBNET_ID": "subnet-0a1b2c3d", "FSX_SECURITY_GROUP_ID": "sg-0a1b2c3d",
                     "FSX_S3_IMPORT_PATH": "s3://my-bucket"}.items():
         monkeypatch.setenv(name, v)
-    code, err, calls = cluster("k8s-apply.sh", "fsx")
+    code, err, calls = cluster("scripts/k8s/apply.sh", "fsx")
     assert code == 0, err
     assert calls == [f"kubectl apply -f {ROOT / 'build' / 'k8s' / 'fsx.yaml'}"]
     assert "subnetId: subnet-0a1b2c3d" in (ROOT / "build" / "k8s" / "fsx.yaml").read_text()
@@ -179,7 +179,7 @@ EXISTING = {"FSX_FILE_SYSTEM_ID": "fs-0a1b2c3d4e5f60718",
 
 
 def test_apply_refuses_an_existing_file_system_left_unnamed(cluster):
-    code, err, calls = cluster("k8s-apply.sh", "fsx-existing")
+    code, err, calls = cluster("scripts/k8s/apply.sh", "fsx-existing")
     assert code == 1 and "still has placeholders" in err and "FSX_FILE_SYSTEM_ID" in err
     assert calls == []
 
@@ -192,14 +192,14 @@ def test_apply_refuses_an_existing_file_system_value_that_a_failed_lookup_left(
         cluster, monkeypatch, variable, value):
     for name, v in {**EXISTING, variable: value}.items():
         monkeypatch.setenv(name, v)
-    code, err, calls = cluster("k8s-apply.sh", "fsx-existing")
+    code, err, calls = cluster("scripts/k8s/apply.sh", "fsx-existing")
     assert code == 1 and f"{variable}='{value}'" in err and calls == []
 
 
 def test_apply_applies_an_existing_file_system(cluster, monkeypatch):
     for name, v in EXISTING.items():
         monkeypatch.setenv(name, v)
-    code, err, calls = cluster("k8s-apply.sh", "fsx-existing")
+    code, err, calls = cluster("scripts/k8s/apply.sh", "fsx-existing")
     assert code == 0, err
     manifest = ROOT / "build" / "k8s" / "fsx-existing.yaml"
     assert calls == [f"kubectl apply -f {manifest}"]
@@ -213,5 +213,5 @@ def test_apply_refuses_an_export_path_outside_the_import_bucket(cluster, monkeyp
                     "FSX_S3_IMPORT_PATH": "s3://my-bucket",
                     "FSX_S3_EXPORT_PATH": "s3://other-bucket/runs"}.items():
         monkeypatch.setenv(name, v)
-    code, err, calls = cluster("k8s-apply.sh", "fsx")
+    code, err, calls = cluster("scripts/k8s/apply.sh", "fsx")
     assert code == 1 and "is not in the bucket of FSX_S3_IMPORT_PATH" in err and calls == []

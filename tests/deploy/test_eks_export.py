@@ -1,4 +1,4 @@
-"""scripts/eks-export.sh against recorded AWS answers (tests/deploy/eks_fakes.py): the runs
+"""scripts/eks/export.sh against recorded AWS answers (tests/deploy/eks_fakes.py): the runs
 exported to S3 and waited for, or an automatic export left to itself, and every refusal with its
 fix."""
 import pytest
@@ -51,7 +51,7 @@ def export_answers(link="path", lifecycles=("EXECUTING", "SUCCEEDED"), trainer="
 
 
 def export(tools, answers, *runs, **env):
-    return tools("eks-export.sh", answers, *runs, POLL_S="0", **env)
+    return tools("scripts/eks/export.sh", answers, *runs, POLL_S="0", **env)
 
 
 def created_tasks(calls):

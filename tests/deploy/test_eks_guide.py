@@ -134,7 +134,7 @@ def test_every_node_group_a_launch_needs_has_nodes_by_then(rendered):
     # No autoscaler is installed: a pod that selects an instance type runs only if that type's
     # node group was created with nodes, or scaled up by an earlier step of the guide.
     text = GUIDE.read_text()
-    for match in re.finditer(r"scripts/k8s-apply\.sh ([\w.-]+)", text):
+    for match in re.finditer(r"scripts/k8s/apply\.sh ([\w.-]+)", text):
         target = match.group(1)
         groups = {g["instanceType"]: g for _, start, config in guide_configs()
                   if start < match.start() for g in config["managedNodeGroups"]}
@@ -153,6 +153,6 @@ def test_every_node_group_a_launch_needs_has_nodes_by_then(rendered):
 
 
 def test_every_target_the_guide_applies_renders_with_the_guide_arguments(render):
-    for line in re.findall(r"^scripts/k8s-apply\.sh ([^&#\n]*)", GUIDE.read_text(), re.M):
+    for line in re.findall(r"^scripts/k8s/apply\.sh ([^&#\n]*)", GUIDE.read_text(), re.M):
         target, *options = line.replace("$IMAGE", "r.example/resnet-trainer:t").split()
         assert render(target, *options), line

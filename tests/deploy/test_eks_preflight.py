@@ -1,4 +1,4 @@
-"""scripts/eks-preflight.sh against recorded AWS answers (tests/deploy/eks_fakes.py): the tools,
+"""scripts/eks/preflight.sh against recorded AWS answers (tests/deploy/eks_fakes.py): the tools,
 the account's quota, the zone's offerings and the EKS versions, each failure with what to change."""
 import json
 
@@ -61,7 +61,7 @@ GOOD_ACCOUNT = TOOLS_OK + [quota(1280), offerings({"us-west-2a": ["p3.16xlarge"]
 
 
 def test_preflight_passes_a_ready_account(tools):
-    code, out, calls = tools("eks-preflight.sh", GOOD_ACCOUNT, AZ="us-west-2b",
+    code, out, calls = tools("scripts/eks/preflight.sh", GOOD_ACCOUNT, AZ="us-west-2b",
                              EKS_VERSION="1.36")
     assert code == 0, out
     assert "FAIL" not in out and "ready for docs/eks.md" in out
@@ -94,27 +94,27 @@ def test_preflight_passes_a_ready_account(tools):
      "kubectl 1.27 or newer not found (got '1.25.16')"),
 ])
 def test_preflight_fails_and_says_what_to_change(tools, answers, env, says):
-    code, out, _ = tools("eks-preflight.sh", answers, **env)
+    code, out, _ = tools("scripts/eks/preflight.sh", answers, **env)
     assert code == 1 and says in out, out
 
 
 @pytest.mark.parametrize("helm", ["v3.17.3+ge4da497", "v4.0.1+g4c6ef9b"])
 def test_preflight_takes_helm_3_and_4(tools, helm):
     answers = [{**a, "text": helm} if a["tool"] == "helm" else a for a in GOOD_ACCOUNT]
-    code, out, _ = tools("eks-preflight.sh", answers, AZ="us-west-2b", EKS_VERSION="1.36")
+    code, out, _ = tools("scripts/eks/preflight.sh", answers, AZ="us-west-2b", EKS_VERSION="1.36")
     assert code == 0 and f"helm: {helm}" in out, out
 
 
 def test_preflight_refuses_helm_2(tools):
     answers = [{**a, "text": "Client: v2.17.0+ga690bad"} if a["tool"] == "helm" else a
                for a in GOOD_ACCOUNT]
-    code, out, _ = tools("eks-preflight.sh", answers, AZ="us-west-2b", EKS_VERSION="1.36")
+    code, out, _ = tools("scripts/eks/preflight.sh", answers, AZ="us-west-2b", EKS_VERSION="1.36")
     assert code == 1 and "helm 3 or 4 not found (got 'Client: v2.17.0+ga690bad')" in out, out
 
 
 def test_preflight_warns_of_the_scale_out_quota_but_passes(tools):
     answers = TOOLS_OK + [quota(256)] + GOOD_ACCOUNT[-2:]
-    code, out, _ = tools("eks-preflight.sh", answers, AZ="us-west-2c", EKS_VERSION="1.35")
+    code, out, _ = tools("scripts/eks/preflight.sh", answers, AZ="us-west-2c", EKS_VERSION="1.35")
     assert code == 0, out
     assert "needs 1280 vCPUs" in out and "request-service-quota-increase" in out
 
@@ -124,7 +124,7 @@ def test_preflight_stops_without_credentials(tools):
         {"tool": "aws", "call": ["sts"], "rc": 253,
          "stderr": "Unable to locate credentials. You can configure credentials by running "
                    "\"aws configure\".\n"}]
-    code, out, calls = tools("eks-preflight.sh", answers, AZ="us-west-2b", EKS_VERSION="1.36")
+    code, out, calls = tools("scripts/eks/preflight.sh", answers, AZ="us-west-2b", EKS_VERSION="1.36")
     assert code == 1 and "no AWS credentials" in out
     assert not any("service-quotas" in c for c in calls)
 
@@ -132,11 +132,11 @@ def test_preflight_stops_without_credentials(tools):
 def test_preflight_counts_p4d_and_p5_nodes_in_the_quota_at_their_vcpus(tools):
     # 2 p3.16xlarge (128) + 1 p4d.24xlarge (96) + 2 p5.48xlarge (384) = 608 vCPUs of P instances.
     answers = TOOLS_OK + [quota(600)] + GOOD_ACCOUNT[-2:]
-    code, out, _ = tools("eks-preflight.sh", answers, AZ="us-west-2b", EKS_VERSION="1.36",
+    code, out, _ = tools("scripts/eks/preflight.sh", answers, AZ="us-west-2b", EKS_VERSION="1.36",
                          P4D_NODES="1", P5_NODES="2")
     assert code == 1, out
     assert "allows 600 vCPUs; the first launch needs 608" in out
     assert "1 p4d.24xlarge x 96 + 2 p5.48xlarge x 192" in out
-    code, out, _ = tools("eks-preflight.sh", TOOLS_OK + [quota(608)] + GOOD_ACCOUNT[-2:],
+    code, out, _ = tools("scripts/eks/preflight.sh", TOOLS_OK + [quota(608)] + GOOD_ACCOUNT[-2:],
                          AZ="us-west-2b", EKS_VERSION="1.36", P4D_NODES="1", P5_NODES="2")
     assert "enough for the first launch (608)" in out, out

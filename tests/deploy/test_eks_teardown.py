@@ -1,4 +1,4 @@
-"""scripts/eks-teardown.sh against recorded AWS answers (tests/deploy/eks_fakes.py): what it
+"""scripts/eks/teardown.sh against recorded AWS answers (tests/deploy/eks_fakes.py): what it
 deletes and in which order, what it refuses while runs are not in S3 or a job still runs, and
 what it says is left and billed."""
 import re
@@ -95,13 +95,13 @@ def teardown_answers(file_system_stays=False, nat_gateway_left=False, exported="
 
 
 def guide_targets():
-    """The targets docs/eks.md applies (scripts/k8s-apply.sh TARGET ...)."""
+    """The targets docs/eks.md applies (scripts/k8s/apply.sh TARGET ...)."""
     guide = (ROOT / "docs" / "eks.md").read_text()
-    return set(re.findall(r"scripts/k8s-apply\.sh ([\w.-]+)", guide))
+    return set(re.findall(r"scripts/k8s/apply\.sh ([\w.-]+)", guide))
 
 
 def teardown(tools, answers, **env):
-    return tools("eks-teardown.sh", answers, CLUSTER="resnet", BUCKET="my-imagenet-bucket",
+    return tools("scripts/eks/teardown.sh", answers, CLUSTER="resnet", BUCKET="my-imagenet-bucket",
                  TEARDOWN_WAIT_S="5", POLL_S="0", **env)
 
 
@@ -180,7 +180,7 @@ def test_teardown_refuses_to_delete_runs_that_are_not_in_s3(tools, exported, why
     assert why in out
     # It names the runs (the configs' and the pods' output_dir) and the two ways on.
     assert "Its runs: /fsx/runs/resnet50-p3 /fsx/runs/smoke" in out
-    assert "HINT: scripts/eks-export.sh" in out and "--discard-unexported-runs" in out
+    assert "HINT: scripts/eks/export.sh" in out and "--discard-unexported-runs" in out
     # Nothing is deleted: the jobs, the claim, the cluster all stay as they were.
     assert deletes(calls) == [], deletes(calls)
 
@@ -191,13 +191,13 @@ def test_teardown_refuses_while_the_trainer_still_runs(tools):
     code, out, calls = teardown(tools, teardown_answers(trainer="running"))
     assert code == 2, out
     assert "the trainer's pods resnet50-launcher-x8k2p still run and write to /fsx/runs" in out
-    assert "scripts/k8s-delete.sh TARGET" in out and "scripts/eks-export.sh" in out
+    assert "scripts/k8s/delete.sh TARGET" in out and "scripts/eks/export.sh" in out
     assert deletes(calls) == []
 
 
 def test_teardown_discards_unexported_runs_when_told(tools):
     answers = teardown_answers(exported=None)
-    code, out, calls = tools("eks-teardown.sh", answers, "--discard-unexported-runs",
+    code, out, calls = tools("scripts/eks/teardown.sh", answers, "--discard-unexported-runs",
                              CLUSTER="resnet", TEARDOWN_WAIT_S="5", POLL_S="0")
     assert code == 0, out
     assert "--discard-unexported-runs: deleting " + FILE_SYSTEM in out
@@ -206,7 +206,7 @@ def test_teardown_discards_unexported_runs_when_told(tools):
 
 
 def test_teardown_refuses_an_unknown_argument(tools):
-    code, out, calls = tools("eks-teardown.sh", teardown_answers(), "--discard", CLUSTER="resnet")
+    code, out, calls = tools("scripts/eks/teardown.sh", teardown_answers(), "--discard", CLUSTER="resnet")
     assert code == 2 and "unknown argument '--discard'" in out and calls == []
 
 

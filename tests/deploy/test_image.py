@@ -12,7 +12,7 @@ import pytest
 from deploy_support import ROOT, build_dir, tool
 
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
-SHELL_SCRIPTS = sorted([*(ROOT / "docker").glob("*.sh"), *(ROOT / "scripts").glob("*.sh"),
+SHELL_SCRIPTS = sorted([*(ROOT / "docker").glob("*.sh"), *(ROOT / "scripts").rglob("*.sh"),
                         ROOT / ".ci" / "run"])
 # The scripts the Dockerfile's RUN steps call, and what runs each outside the image build: the
 # test command scripts/test.sh (which CI runs), or a test here. The image build itself runs them
@@ -205,15 +205,15 @@ def test_stage_runtime_installs_the_programs_and_stages_their_libraries(stage):
     assert all(p.startswith(str(wheel)) for p in loaded), loaded
 
 
-# --- scripts/image-build.sh ------------------------------------------------------------------
+# --- scripts/image/build.sh ------------------------------------------------------------------
 
 def test_image_build_sets_the_cuda_12_6_and_efa_build_arguments():
     env = {**os.environ, "DRY_RUN": "1"}
-    default = run(ROOT / "scripts" / "image-build.sh", "r/i:t", env=env)
+    default = run(ROOT / "scripts" / "image" / "build.sh", "r/i:t", env=env)
     # The Dockerfile's defaults, but the build stage named as where the programs come from.
     assert default.returncode == 0
     assert re.findall(r"--build-arg (\S+)", default.stderr) == ["PROGRAMS_FROM=build"]
-    p3dn = run(ROOT / "scripts" / "image-build.sh", "r/i:t", "--cuda", "12.6", "--efa", "--push",
+    p3dn = run(ROOT / "scripts" / "image" / "build.sh", "r/i:t", "--cuda", "12.6", "--efa", "--push",
                "--ca-bundle", DOCKERFILE, env=env)
     assert p3dn.returncode == 0, p3dn.stderr
     for arg in ["BUILD_IMAGE=nvidia/cuda:12.6", "RUNTIME_IMAGE=nvidia/cuda:12.6",
@@ -230,6 +230,6 @@ def test_image_build_sets_the_cuda_12_6_and_efa_build_arguments():
     # Every build argument the script passes is declared by the Dockerfile.
     declared = set(re.findall(r"^ARG (\w+)", DOCKERFILE.read_text(), re.M))
     assert set(re.findall(r"--build-arg (\w+)=", p3dn.stderr)) <= declared
-    assert run(ROOT / "scripts" / "image-build.sh", "r/i:t", "--cuda", "11.8",
+    assert run(ROOT / "scripts" / "image" / "build.sh", "r/i:t", "--cuda", "11.8",
                env=env).returncode != 0
 

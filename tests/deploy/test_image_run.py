@@ -1,8 +1,8 @@
-"""The image, built from docker/Dockerfile with podman (scripts/image-local.sh) and run the way
+"""The image, built from docker/Dockerfile with podman (scripts/image/local.sh) and run the way
 the cluster runs it, on the CPU: as uid 1000 with no capabilities and no privilege escalation,
 volumes mounted as the pods mount them. What it ships; train and the tools starting; the smoke
 Job's and the one-node Job's rendered commands run verbatim; SIGTERM, checkpoint and resume;
-and the p3.16xlarge MPIJob rehearsed as the MPI Operator starts it (scripts/k8s-rehearse.py),
+and the p3.16xlarge MPIJob rehearsed as the MPI Operator starts it (scripts/k8s/rehearse.py),
 with a worker killed mid-run. Skips where podman is missing or cannot start containers."""
 import os
 import re

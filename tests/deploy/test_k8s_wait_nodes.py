@@ -1,4 +1,4 @@
-"""scripts/k8s-wait-nodes.sh, the guide's wait after `eksctl scale nodegroup --wait`, against a
+"""scripts/k8s/wait_nodes.sh, the guide's wait after `eksctl scale nodegroup --wait`, against a
 recorded kubectl (tests/deploy/eks_fakes.py)."""
 from deploy_support import kubectl  # noqa: F401 (a fixture)
 from eks_fakes import tools  # noqa: F401 (a fixture)
@@ -18,7 +18,7 @@ def test_wait_nodes_waits_for_nodes_not_yet_registered(tools):
     answers = [{"tool": "kubectl", "call": GET_NODES, "before": "kubectl get nodes",
                 "stderr": "No resources found\n"},
                {"tool": "kubectl", "call": GET_NODES, "text": nodes("Ready", "Ready")}]
-    code, out, calls = tools("k8s-wait-nodes.sh", answers, "p3dn.24xlarge", "2", POLL_S="0.1")
+    code, out, calls = tools("scripts/k8s/wait_nodes.sh", answers, "p3dn.24xlarge", "2", POLL_S="0.1")
     assert code == 0 and "2 p3dn.24xlarge node(s) Ready" in out, out
     assert len(calls) == 2
 
@@ -28,7 +28,7 @@ def test_wait_nodes_counts_neither_not_ready_nor_cordoned_nodes(tools):
     # can pass before the second look on any machine.
     answers = [{"tool": "kubectl", "call": GET_NODES,
                 "text": nodes("Ready", "NotReady", "Ready,SchedulingDisabled")}]
-    code, out, calls = tools("k8s-wait-nodes.sh", answers, "p3dn.24xlarge", "2", "3",
+    code, out, calls = tools("scripts/k8s/wait_nodes.sh", answers, "p3dn.24xlarge", "2", "3",
                              POLL_S="0.2")
     assert code == 1, out
     assert "1 of 2 p3dn.24xlarge node(s) Ready after 3 s" in out and "Fix:" in out
@@ -36,5 +36,5 @@ def test_wait_nodes_counts_neither_not_ready_nor_cordoned_nodes(tools):
 
 
 def test_wait_nodes_refuses_a_bad_count(tools):
-    code, out, calls = tools("k8s-wait-nodes.sh", [], "p3dn.24xlarge", "two")
+    code, out, calls = tools("scripts/k8s/wait_nodes.sh", [], "p3dn.24xlarge", "two")
     assert code == 2 and "COUNT must be a positive whole number" in out and calls == []

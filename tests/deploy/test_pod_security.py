@@ -1,4 +1,4 @@
-"""Every pod that any target of scripts/k8s-render.sh makes (MPIJob launcher and workers, Jobs,
+"""Every pod that any target of scripts/k8s/render.sh makes (MPIJob launcher and workers, Jobs,
 and whatever is added later) meets the Kubernetes "restricted" Pod Security Standard, so a
 namespace labelled pod-security.kubernetes.io/enforce=restricted admits it, and mounts no
 service-account token. A pod may instead carry the annotation EXCEPTION naming the one container
@@ -100,7 +100,7 @@ def pods(target, rendered):
 
 
 def test_the_targets_come_from_the_renderer():
-    # The MPIJobs and the Jobs at least; whatever else k8s-render.sh lists is checked as well.
+    # The MPIJobs and the Jobs at least; whatever else scripts/k8s/render.sh lists is checked as well.
     assert {"p3.16xlarge", "p3dn.24xlarge", "one-node", "smoke", "stage-data"} <= set(TARGETS)
 
 

@@ -1,7 +1,7 @@
 """The elastic PyTorchJob targets (k8s/pytorchjob): valid against the Training Operator v1.9.0 CRD,
 shaped the way the operator needs (a `pytorch` container with its port, workers only, c10d
 rendezvous, one rank per GPU), the same network settings as the MPIJob of their instance type,
-resized by scripts/k8s-render.sh within their elastic bounds; and their worker command, run on
+resized by scripts/k8s/render.sh within their elastic bounds; and their worker command, run on
 the CPU the way the operator runs it (its PET_* variables, two pods as two torchrun agents, the
 image's entrypoint), trains, loses a pod mid-run and finishes on the one left, every image of
 each epoch trained once."""
@@ -116,7 +116,7 @@ def test_the_renderer_resizes_within_the_elastic_bounds(render):
 
 
 def test_the_renderer_refuses_workers_outside_the_bounds(kubectl):
-    result = subprocess.run([str(ROOT / "scripts" / "k8s-render.sh"), "pytorchjob-p3.16xlarge",
+    result = subprocess.run([str(ROOT / "scripts" / "k8s" / "render.sh"), "pytorchjob-p3.16xlarge",
                              "--workers", "6"], capture_output=True, text=True,
                             env={**os.environ, "KUBECTL": kubectl})
     assert result.returncode == 2

@@ -1,4 +1,4 @@
-"""How scripts/k8s-rehearse.py names the pods of an MPIJob, with only the small Debian base image
+"""How scripts/k8s/rehearse.py names the pods of an MPIJob, with only the small Debian base image
 (bash and getent, no trainer, no sshd): every pod resolves every pod's Service names
 (<pod>.<job>.default.svc, and with .cluster.local) to that pod's address, on this machine's podman
 whether or not it has a DNS plugin (Debian 12's has none unless installed by hand); a pod started
@@ -34,7 +34,7 @@ def bash_pod(image, script):
 
 
 def mpijob(image, launcher_script, workers=2):
-    """An MPIJob as scripts/k8s-render.sh writes one, cut to what naming needs."""
+    """An MPIJob as scripts/k8s/render.sh writes one, cut to what naming needs."""
     return [{"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": {"name": JOB},
              "spec": {"slotsPerWorker": 1, "sshAuthMountPath": "/home/trainer/.ssh",
                       "mpiReplicaSpecs": {

@@ -1,7 +1,7 @@
 """The fixed-size TrainJob targets (k8s/trainjob, Kubeflow Trainer v2.3.0): the TrainJob and its
 ClusterTrainingRuntime valid against the Trainer's CRDs, shaped as the Trainer's webhook and torch
 plugin need (a trainer block, the container `node`, no reserved or patched variables), the same
-network settings as the MPIJob of their instance type, resized by scripts/k8s-render.sh; and the
+network settings as the MPIJob of their instance type, resized by scripts/k8s/render.sh; and the
 command of each node's pod, run on the CPU as the Trainer runs it (the torch plugin's PET_*
 variables, two pods as two torchrun agents meeting at the first, the image's entrypoint): trains
 to the end; a pod lost mid-run ends the other with an error, and the JobSet's restart of both

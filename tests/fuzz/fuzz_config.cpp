@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "base/user_error.h"
-#include "src/config.h"
+#include "src/config/config.h"
 #include "tests/fuzz/fuzz_input.h"
 
 namespace trainer::fuzz {
