@@ -147,7 +147,9 @@ def test_the_tops_of_src_tests_and_scripts_stay_small():
     src_top = sorted(p.name for p in (ROOT / "src").glob("*.cpp"))
     assert len(src_top) <= MAX_SRC_TOP_SOURCES, src_top
     for folder, limit in MAX_TOP_ENTRIES.items():
-        entries = sorted(p.name for p in (ROOT / folder).iterdir() if p.name != "__pycache__")
+        # The caches pytest and Python leave there are not the project's entries.
+        entries = sorted(p.name for p in (ROOT / folder).iterdir()
+                         if p.name != "__pycache__" and not p.name.startswith("."))
         assert len(entries) <= limit, f"{folder}/: {len(entries)} entries: {entries}"
 
 
@@ -264,6 +266,25 @@ def test_no_note_is_over_20_lines():
                 end += 1
             if end - start - 1 > MAX_NOTE_LINES:
                 long.append(f"{rel(p)}:{start + 1} [{title.group(1)}]: {end - start - 1} lines")
+    assert long == []
+
+
+# A file's code starts within its first 20 lines of comments: the header says what it provides,
+# and a Note stands beside the code it binds, not in a preface.
+MAX_OPENING_COMMENT_LINES = 20
+PREAMBLE = re.compile(r"^\s*$|^\s*//|^#include |^#pragma |^namespace \w+ \{$")
+
+
+def test_no_file_opens_with_more_than_20_lines_of_comments():
+    long = []
+    for p in sources():
+        comments = 0
+        for line in p.read_text().splitlines():
+            if not PREAMBLE.match(line):
+                break
+            comments += line.lstrip().startswith("//")
+        if comments > MAX_OPENING_COMMENT_LINES:
+            long.append(f"{rel(p)}: {comments} lines of comments before its first code")
     assert long == []
 
 

@@ -19,6 +19,9 @@ namespace trainer {
 // order, cut into `world` contiguous slices whose sizes differ by at most one; each record is
 // seen exactly once across ranks, nothing is padded, and the last batch is short.
 
+// The order of a training epoch's records: global, or by node (Note [Records by node]).
+enum class EpochOrder { kGlobal, kByNode };
+
 // Note [Records by node]
 // epoch_order = by_node keeps the records each node reads the same every epoch, so that after the
 // first epoch the node's page cache serves them instead of the shared file system. The records are
@@ -34,7 +37,6 @@ namespace trainer {
 // alone, so a resume at any world size stays exact; it mixes many groups in every step instead of a
 // shuffle buffer. Each rank holds the pieces it is reading: about kNodeGroups / W of them (60
 // pieces, ~400 MB of ImageNet, at 8 ranks; 3 at 160).
-enum class EpochOrder { kGlobal, kByNode };
 
 // Note [Repeated augmentation]
 // repetitions = k > 1 (torchvision's RASampler, --ra-sampler --ra-reps k): the epoch keeps its

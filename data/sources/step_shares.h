@@ -9,21 +9,24 @@
 namespace trainer {
 
 // Note [Elastic epoch order]
-// An epoch is one global order of its samples, a function of the seed and the epoch alone, never
-// of the world size. The run's position is a count of samples into that order. Each step takes
-// the next global_batch (= batch_size x world_size) positions; the epoch's last step takes what
-// is left instead of dropping it (unless drop_last: Note [The last partial step]), and a remainder
-// of a single sample joins the step before. The step's samples are sorted by sample id and dealt
-// out in contiguous pieces, rank r the r-th: sizes differing by at most one, so a full step gives
-// every rank batch_size samples; a short step with fewer than two samples per rank goes out two
-// (or three) at a time and leaves the last ranks none. No rank ever trains a single sample alone:
-// batch norm needs two values per channel, and a ResNet's last feature map is 1x1 at 32-pixel
-// images. Sorted ids are storage order (TFRecord ids run file by file, record by record), so a
-// rank's share is a few contiguous runs of the files, read in large blocks however many ranks
-// there are. A run resumed at position p with
-// another world size or batch size continues with the samples from p on: each is trained once
-// per epoch whatever the resizes, and a resume with the same world size and batch size makes the
-// same steps as a run that never stopped.
+// An epoch is one global order of its samples, a function of the seed and the epoch alone, never of
+// the world size. The run's position is a count of samples into that order. Each step takes the
+// next global_batch (= batch_size x world_size) positions; the epoch's last step takes what is left
+// instead of dropping it (unless drop_last: Note [The last partial step]), and a remainder of a
+// single sample joins the step before. The step's samples are sorted by sample id and dealt out in
+// contiguous pieces, rank r the r-th: sizes differing by at most one, so a full step gives every
+// rank batch_size samples; a short step with fewer than two samples per rank goes out two (or
+// three) at a time and leaves the last ranks none. No rank ever trains a single sample alone: batch
+// norm needs two values per channel, and a ResNet's last feature map is 1x1 at 32-pixel images.
+// Sorted ids are storage order (TFRecord ids run file by file, record by record), so a rank's share
+// is a few contiguous runs of the files, read in large blocks however many ranks there are. A run
+// resumed at position p with another world size or batch size continues with the samples from p on:
+// each is trained once per epoch whatever the resizes, and a resume with the same world size and
+// batch size makes the same steps as a run that never stopped.
+
+// Where an epoch of `samples`, started or resumed at `position`, ends: `samples`, or with
+// `whole_steps_of` > 0 (drop_last) the end of its last whole step of that many samples.
+int64_t epoch_end(int64_t samples, int64_t position, int64_t whole_steps_of);
 
 // Note [The last partial step]
 // drop_last (PyTorch's DataLoader, FFCV's loader, the MLPerf reference's drop_train_remainder):
@@ -33,10 +36,6 @@ namespace trainer {
 // drops fewer than one of its own steps: every sample is still trained at most once per epoch, and
 // a resume with the same world size and batch makes the same steps as a run that never stopped.
 // The functions below then see an epoch of `epoch_end` samples, whose steps are all whole.
-
-// Where an epoch of `samples`, started or resumed at `position`, ends: `samples`, or with
-// `whole_steps_of` > 0 (drop_last) the end of its last whole step of that many samples.
-int64_t epoch_end(int64_t samples, int64_t position, int64_t whole_steps_of);
 
 // Samples in the step that starts at `position` of an epoch of `samples`.
 int64_t step_samples(int64_t samples, int64_t position, int64_t global_batch);

@@ -8,24 +8,6 @@
 
 namespace trainer {
 
-// Note [Bucket order]
-// Backward produces gradients roughly from the last layer to the first, but not in a fixed order
-// (independent branches, such as a residual block's shortcut, may finish either way round, and
-// differently on different ranks). NCCL matches collectives by the order they are issued, so a
-// bucket that fills early must not overtake an earlier-numbered one: buckets are launched
-// strictly in index order, each as soon as it and all before it are full. Parameters that got no
-// gradient this step contribute zeros, filled in by finish_step, so no bucket waits forever.
-
-// Note [Gradients as bucket views]
-// The averaged gradient already lies in the bucket, in the parameter's shape and strides, so
-// finish_step makes each .grad a view of it rather than copying it back (as DDP's
-// gradient_as_bucket_view does): one copy per gradient per step (into the bucket, which the
-// all-reduce needs anyway) instead of two, and no kernel per parameter after backward. This is
-// what keeps the gradient path at world size one nearly free. The views must be dropped before
-// the next backward: autograd adds into a defined .grad, which would count the new gradient a
-// second time on top of the hook's copy. prepare_step drops them. With a compressed wire the
-// bucket holds fp16/bf16, so the averages are converted into fp32 gradients instead.
-
 // Note [Bucket sizes]
 // The last bucket to fill holds the parameters nearest the input, whose gradients come at the
 // very end of backward: its all-reduce has nothing left to overlap with, so all of it adds to the
@@ -106,6 +88,16 @@ GradientReducer::~GradientReducer() {
   for (size_t i = 0; i < params_.size(); ++i) params_[i].remove_hook(hook_handles_[i]);
 }
 
+// Note [Gradients as bucket views]
+// The averaged gradient already lies in the bucket, in the parameter's shape and strides, so
+// finish_step makes each .grad a view of it rather than copying it back (as DDP's
+// gradient_as_bucket_view does): one copy per gradient per step (into the bucket, which the
+// all-reduce needs anyway) instead of two, and no kernel per parameter after backward. This is
+// what keeps the gradient path at world size one nearly free. The views must be dropped before
+// the next backward: autograd adds into a defined .grad, which would count the new gradient a
+// second time on top of the hook's copy. prepare_step drops them. With a compressed wire the
+// bucket holds fp16/bf16, so the averages are converted into fp32 gradients instead.
+
 void GradientReducer::prepare_step() {
   // Last step's .grad views: autograd would add into them. Note [Gradients as bucket views]
   for (at::Tensor& param : params_) param.mutable_grad().reset();
@@ -134,6 +126,14 @@ void GradientReducer::on_gradient(int64_t param, const at::Tensor& grad) {
   arrived_[param] = true;
   if (--buckets_[slots_[param].bucket].pending == 0 && comm_stream_) launch_ready_buckets();
 }
+
+// Note [Bucket order]
+// Backward produces gradients roughly from the last layer to the first, but not in a fixed order
+// (independent branches, such as a residual block's shortcut, may finish either way round, and
+// differently on different ranks). NCCL matches collectives by the order they are issued, so a
+// bucket that fills early must not overtake an earlier-numbered one: buckets are launched
+// strictly in index order, each as soon as it and all before it are full. Parameters that got no
+// gradient this step contribute zeros, filled in by finish_step, so no bucket waits forever.
 
 void GradientReducer::launch_ready_buckets() {
   while (next_launch_ < bucket_count() && buckets_[next_launch_].pending == 0) {
