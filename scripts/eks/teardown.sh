@@ -172,16 +172,13 @@ if [ -n "$vpc" ]; then
   fi
 fi
 
-# 1. Everything that runs pods. A kind whose operator was never installed has nothing to delete.
+# 1. Everything that runs pods. A kind whose operator was never installed has nothing to delete:
+# scripts/k8s/delete.sh leaves the kinds the cluster does not serve out.
 if [ -n "$vpc" ]; then
   for target in $("$root/scripts/k8s/render.sh" --list); do
     case "$target" in
       fsx | fsx-existing) continue ;;
-      p3*) crd=mpijobs.kubeflow.org ;;
-      pytorchjob-*) crd=pytorchjobs.kubeflow.org ;;
-      *) crd="" ;;
     esac
-    if [ -n "$crd" ] && ! "$kubectl" get crd "$crd" >/dev/null 2>&1; then continue; fi
     "$root/scripts/k8s/delete.sh" "$target"
   done
   pods_on_claim() {

@@ -6,7 +6,7 @@
 # start is refused with exit 2 and the trainer's fix, before anything is applied.
 #
 # Usage: scripts/k8s/render.sh TARGET [--image IMAGE] [--config NAME|FILE] [--workers N] [--slots N]
-#                                      [--min-workers N] [--max-workers N]
+#                                      [--min-workers N] [--max-workers N] [--no-plan]
 #        scripts/k8s/render.sh --list   (the targets, one a line)
 #   TARGET      p3.16xlarge | p3dn.24xlarge | p4d.24xlarge | p5.48xlarge
 #                                             multi-node MPIJob (k8s/overlays/TARGET)
@@ -41,10 +41,11 @@
 #               pod requests; fewer for smaller nodes or a CPU rehearsal
 #   --min-workers, --max-workers
 #               the bounds a PyTorchJob's workers may shrink to and grow to (elasticPolicy)
+#   --no-plan   no plan of the job (scripts/k8s/delete.sh: deleting a job needs none)
 # KUBECTL names the kubectl to use (default: kubectl); KUBECTL=kustomize uses a standalone kustomize.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-usage() { sed -n '8,44p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '8,45p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 # Every target; the tests render and check each one (tests/deploy), so a new one is checked too.
 mpijobs=(p3.16xlarge p3dn.24xlarge p4d.24xlarge p5.48xlarge)
 targets=("${mpijobs[@]}" "${mpijobs[@]/#/pytorchjob-}" "${mpijobs[@]/#/trainjob-}"
@@ -68,6 +69,7 @@ workers=""
 slots=""
 min_workers=""
 max_workers=""
+plan=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --image) image=${2:?--image needs a value}; shift 2 ;;
@@ -76,6 +78,7 @@ while [ $# -gt 0 ]; do
     --slots) slots=${2:?--slots needs a value}; shift 2 ;;
     --min-workers) min_workers=${2:?--min-workers needs a value}; shift 2 ;;
     --max-workers) max_workers=${2:?--max-workers needs a value}; shift 2 ;;
+    --no-plan) plan=; shift ;;
     *) echo "k8s-render: unknown option $1" >&2; usage ;;
   esac
 done
@@ -309,7 +312,8 @@ plan_world_sizes() {
   esac
 }
 train=${TRAIN:-$root/build/train}
-sizes=$(plan_world_sizes)
+sizes=""
+if [ -n "$plan" ]; then sizes=$(plan_world_sizes); fi
 if [ -n "$sizes" ] && [ ! -x "$train" ]; then
   echo "k8s-render: WARNING: no $train to check the run's plan; build it (scripts/build.sh) or" \
     "set TRAIN, so that a job that cannot start is refused before it is applied" >&2

@@ -1,9 +1,10 @@
 """The stand-ins the EKS scripts' tests run them against: an `aws` that returns the JSON the AWS
 APIs return (shapes from the services' own documentation), applies the script's own --query with
 the aws CLI's query language (JMESPath) and prints it as `--output text` does; `eksctl`, `kubectl`
-(rendering with the real one), `helm` and `docker`. Every call is recorded in order, so the tests
-check what the scripts would do to an account, and in which order, without one. The `tools`
-fixture runs a script among them."""
+(rendering with the real one, and deleting with it against a fake API server when a test gives
+one), `helm` and `docker`. Every call is recorded in order, so the tests check what the scripts
+would do to an account, and in which order, without one. The `tools` fixture runs a script
+among them."""
 import json
 import os
 import subprocess
@@ -28,6 +29,12 @@ with open(os.environ["FAKE_CALLS"]) as f:
     earlier = f.read()
 with open(os.environ["FAKE_CALLS"], "a") as f:
     f.write(line + "\n")
+# With a fake API server (tests/deploy/fake_api_server.py), kubectl's own delete and api-resources
+# run against it: what they print and exit with is the real kubectl's.
+api = os.environ.get("FAKE_API_KUBECONFIG")
+if tool == "kubectl" and api and args[:1] in (["delete"], ["api-resources"]):
+    os.environ.update(KUBECONFIG=api, KUBECACHEDIR=os.path.join(os.path.dirname(api), "cache"))
+    os.execv(os.environ["REAL_KUBECTL"], [os.environ["REAL_KUBECTL"], *args])
 
 
 def text(value):

@@ -1,11 +1,14 @@
-"""scripts/k8s/apply.sh, scripts/k8s/logs.sh and scripts/k8s/delete.sh against a stand-in kubectl that renders
-with the real one and records every other call: what they would do to a cluster, without one."""
+"""scripts/k8s/apply.sh and scripts/k8s/logs.sh against a stand-in kubectl that renders with the
+real one and records every other call: what they would do to a cluster, without one; and
+scripts/k8s/delete.sh with the real kubectl on a fake API server (tests/deploy/fake_api_server.py)
+that serves each operator's kinds or not."""
 import os
 import subprocess
 
 import pytest
 from deploy_support import (IMAGE, ROOT, containers, kubectl,  # noqa: F401 (fixtures)
                             render, rendered)
+from fake_api_server import CLUSTER_SCOPED, OPERATORS, FakeApiServer, plural
 
 FAKE_KUBECTL = """#!/usr/bin/env bash
 # Renders with the real kubectl; records every other call, answers `get` as if found (a pod's
@@ -141,10 +144,68 @@ def test_logs_refuses_a_target_without_a_job(cluster):
         assert code == 2 and calls == []
 
 
-def test_delete_deletes_what_apply_created(cluster):
-    code, err, calls = cluster("scripts/k8s/delete.sh", "one-node")
+def on_cluster(tmp_path, kubectl, operators, *command):
+    """COMMAND with the real kubectl on a cluster that serves the kinds of `operators` and holds
+    no object: (returncode, stderr, the API server's DELETE requests)."""
+    with FakeApiServer(operators) as api:
+        env = {**os.environ, "KUBECTL": kubectl, "KUBECONFIG": str(api.kubeconfig(tmp_path)),
+               "KUBECACHEDIR": str(tmp_path / "cache")}
+        proc = subprocess.run([str(c) for c in command], capture_output=True, text=True,
+                              env=env, timeout=120)
+    return proc.returncode, proc.stderr, {r for r in api.requests if r.startswith("DELETE ")}
+
+
+def delete_requests(docs):
+    """The DELETE request of each object of `docs`, as kubectl sends it."""
+    requests = set()
+    for doc in docs:
+        version, kind, name = doc["apiVersion"], doc["kind"], doc["metadata"]["name"]
+        prefix = "/api/v1" if version == "v1" else f"/apis/{version}"
+        scope = "" if kind in CLUSTER_SCOPED else "/namespaces/default"
+        requests.add(f"DELETE {prefix}{scope}/{plural(kind)}/{name}")
+    return requests
+
+
+def test_delete_deletes_what_apply_created(tmp_path, kubectl, render):
+    code, err, deleted = on_cluster(tmp_path, kubectl, OPERATORS,
+                                    ROOT / "scripts/k8s/delete.sh", "one-node")
     assert code == 0, err
-    assert calls == [f"kubectl delete --ignore-not-found -f {ROOT / 'build' / 'k8s' / 'one-node.yaml'}"]
+    assert deleted == delete_requests(render("one-node")), err
+
+
+# Each operator's targets, and one target of the four whose kinds it serves.
+OPERATOR_TARGETS = {"mpi-operator": "p3.16xlarge", "training-operator": "pytorchjob-p3.16xlarge",
+                    "trainer": "trainjob-p5.48xlarge", "kueue": "kueue"}
+
+
+@pytest.mark.parametrize("missing", OPERATORS)
+def test_delete_leaves_out_the_kinds_the_cluster_does_not_serve(tmp_path, kubectl, render,
+                                                                 missing):
+    target = OPERATOR_TARGETS[missing]
+    docs = render(target, "--no-plan")
+    absent = {kind for kinds in OPERATORS[missing].values() for kind in kinds}
+    served = [d for d in docs if d["kind"] not in absent]
+    operators = [o for o in OPERATORS if o != missing]
+    manifest = tmp_path / "manifest.yaml"
+    subprocess.run([ROOT / "scripts/k8s/render.sh", target, "--no-plan"], check=True,
+                   stdout=manifest.open("w"), stderr=subprocess.DEVNULL,
+                   env={**os.environ, "KUBECTL": kubectl})
+    # kubectl itself: a kind the cluster does not serve fails the delete, --ignore-not-found or
+    # not, after deleting the rest.
+    code, err, deleted = on_cluster(tmp_path, kubectl, operators, kubectl, "delete",
+                                    "--ignore-not-found", "-f", manifest)
+    assert code == 1 and "no matches for kind" in err, err
+    # The script: the same objects deleted, the others named, and success.
+    code, err, deleted_by_script = on_cluster(tmp_path, kubectl, operators,
+                                              ROOT / "scripts/k8s/delete.sh", target)
+    assert code == 0, err
+    assert deleted_by_script == deleted == delete_requests(served)
+    for doc in docs:
+        if doc["kind"] in absent:
+            assert f"the cluster serves no {doc['kind']} ({doc['apiVersion']}): no " \
+                   f"{doc['kind']} {doc['metadata']['name']} of {target} to delete" in err
+    if not served:
+        assert f"nothing of {target} on this cluster" in err
 
 
 @pytest.mark.parametrize("variable,value", [("FSX_SUBNET_ID", "None"),

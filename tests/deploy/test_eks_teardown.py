@@ -1,11 +1,15 @@
-"""scripts/eks/teardown.sh against recorded AWS answers (tests/deploy/eks_fakes.py): what it
-deletes and in which order, what it refuses while runs are not in S3 or a job still runs, and
-what it says is left and billed."""
+"""scripts/eks/teardown.sh against recorded AWS answers (tests/deploy/eks_fakes.py) and the real
+kubectl deleting on a fake API server (tests/deploy/fake_api_server.py): what it deletes and in
+which order, what it refuses while runs are not in S3 or a job still runs, that it completes on
+a cluster without one operator or another, and what it says is left and billed."""
 import re
+import tempfile
+from pathlib import Path
 
 import pytest
 from deploy_support import ROOT, TARGETS, kubectl  # noqa: F401 (a fixture)
 from eks_fakes import tools  # noqa: F401 (a fixture)
+from fake_api_server import OPERATORS, FakeApiServer
 from fsx_answers import (VPC, GROUP, FILE_SYSTEM, FSX_DELETED, ON_FILE_SYSTEM, TRAINER_PODS,
                          CONFIG_MAPS, POD_ARGS, TASK, AFTER_THE_LAST_POD, BEFORE_THE_LAST_POD,
                          export_tasks, association)
@@ -29,8 +33,6 @@ def teardown_answers(file_system_stays=False, nat_gateway_left=False, exported="
         {"tool": "aws", "call": ["eks", "describe-cluster"], "rc": 254,
          "stderr": "An error occurred (ResourceNotFoundException) when calling the "
                    "DescribeCluster operation: No cluster found for name: resnet.\n"},
-        {"tool": "kubectl", "call": ["get", "crd"], "json": {}},
-        {"tool": "kubectl", "call": ["delete"], "json": {}},
         # The check before anything is deleted: the trainer's pods, the runs they name.
         {"tool": "kubectl", "call": ["get", "pods", "app.kubernetes.io/name=resnet-trainer",
                                      "custom-columns"], "text": TRAINER_PODS[trainer]},
@@ -100,9 +102,17 @@ def guide_targets():
     return set(re.findall(r"scripts/k8s/apply\.sh ([\w.-]+)", guide))
 
 
-def teardown(tools, answers, **env):
-    return tools("scripts/eks/teardown.sh", answers, CLUSTER="resnet", BUCKET="my-imagenet-bucket",
-                 TEARDOWN_WAIT_S="5", POLL_S="0", **env)
+def teardown(tools, answers, *args, operators=tuple(OPERATORS), requests=None, **env):
+    """The teardown of the cluster `resnet`, whose API server serves the kinds of `operators`;
+    `requests`, a list, receives the requests the server got."""
+    env = {"CLUSTER": "resnet", "BUCKET": "my-imagenet-bucket", "TEARDOWN_WAIT_S": "5",
+           "POLL_S": "0", **env}
+    with tempfile.TemporaryDirectory() as folder, FakeApiServer(operators) as api:
+        result = tools("scripts/eks/teardown.sh", answers, *args,
+                       FAKE_API_KUBECONFIG=str(api.kubeconfig(Path(folder))), **env)
+        if requests is not None:
+            requests += api.requests
+    return result
 
 
 def test_teardown_deletes_everything_the_guide_made_in_an_order_that_works(tools):
@@ -197,8 +207,7 @@ def test_teardown_refuses_while_the_trainer_still_runs(tools):
 
 def test_teardown_discards_unexported_runs_when_told(tools):
     answers = teardown_answers(exported=None)
-    code, out, calls = tools("scripts/eks/teardown.sh", answers, "--discard-unexported-runs",
-                             CLUSTER="resnet", TEARDOWN_WAIT_S="5", POLL_S="0")
+    code, out, calls = teardown(tools, answers, "--discard-unexported-runs", BUCKET="")
     assert code == 0, out
     assert "--discard-unexported-runs: deleting " + FILE_SYSTEM in out
     assert any(FSX_DELETED in c and c.endswith("/fsx.yaml") for c in calls)
@@ -206,7 +215,7 @@ def test_teardown_discards_unexported_runs_when_told(tools):
 
 
 def test_teardown_refuses_an_unknown_argument(tools):
-    code, out, calls = tools("scripts/eks/teardown.sh", teardown_answers(), "--discard", CLUSTER="resnet")
+    code, out, calls = teardown(tools, teardown_answers(), "--discard")
     assert code == 2 and "unknown argument '--discard'" in out and calls == []
 
 
@@ -245,3 +254,24 @@ def test_teardown_never_deletes_a_kept_file_system(tools):
     assert f"aws fsx delete-file-system --file-system-id {FILE_SYSTEM}" in out
     assert f"kept: security group {GROUP}" in out
     assert "LEFT, billed" not in out and "nothing billed is left of resnet" in out
+
+
+@pytest.mark.parametrize("missing", [*OPERATORS, "all"])
+def test_teardown_completes_on_a_cluster_without_an_operator(tools, missing):
+    # An operator the guide installs but this cluster never got (or lost): kubectl delete fails
+    # on its kinds even with --ignore-not-found, so scripts/k8s/delete.sh leaves them out.
+    operators = [] if missing == "all" else [o for o in OPERATORS if o != missing]
+    requests = []
+    code, out, calls = teardown(tools, teardown_answers(), operators=operators,
+                                requests=requests)
+    assert code == 0, out
+    assert "nothing billed is left of resnet" in out
+    absent = {kind for name in OPERATORS if name not in operators
+              for kinds in OPERATORS[name].values() for kind in kinds}
+    named = set(re.findall(r"the cluster serves no (\w+) ", out))
+    assert named == absent, out
+    # What the cluster does serve is still deleted: the claim, the jobs' configs.
+    assert "DELETE /api/v1/namespaces/default/persistentvolumeclaims/fsx-claim" in requests
+    assert any(r.startswith("DELETE /api/v1/namespaces/default/configmaps/trainer-config-")
+               for r in requests), requests
+    assert any("eksctl delete cluster" in c for c in calls)
