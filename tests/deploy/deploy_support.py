@@ -143,20 +143,47 @@ def merge(base, patch, keys=("name", "mountPath")):
     return patch
 
 
+# The fields of a runtime patch's pod spec and container in Kubeflow Trainer v2.2.1's types
+# (pkg/apis/trainer/v1alpha1/trainjob_types.go, PodSpecPatch and ContainerPatch), the types
+# Kueue v0.19.2 is built against (its go.mod). On admission Kueue writes the TrainJob back
+# through them (pkg/controller/jobs/trainjob: an Update of the object it decoded), so a field
+# only v2.3.0 has, such as terminationGracePeriodSeconds, is gone before the Trainer reads it.
+KUEUE_POD_SPEC_PATCH = {"serviceAccountName", "volumes", "initContainers", "containers",
+                        "imagePullSecrets", "securityContext", "nodeSelector", "affinity",
+                        "tolerations", "schedulingGates"}
+KUEUE_CONTAINER_PATCH = {"name", "env", "volumeMounts", "securityContext"}
+
+
+def node_template(spec):
+    """The pod template of a runtime's (or a runtime patch's) replicated job `node`."""
+    return next(j for j in spec["template"]["spec"]["replicatedJobs"]
+                if j["name"] == "node")["template"]["spec"]["template"]
+
+
+def kueue_written_back(patch):
+    """A runtime patch's pod template as Kueue v0.19.2 writes it back: KUEUE_POD_SPEC_PATCH's and
+    KUEUE_CONTAINER_PATCH's fields alone."""
+    template = copy.deepcopy(node_template(patch["trainingRuntimeSpec"]))
+    spec = template.get("spec", {})
+    for field in set(spec) - KUEUE_POD_SPEC_PATCH:
+        del spec[field]
+    for container in spec.get("containers", []) + spec.get("initContainers", []):
+        for field in set(container) - KUEUE_CONTAINER_PATCH:
+            del container[field]
+    return template
+
+
 def trainjob_pod(job, runtime=None):
     """(metadata, pod spec) of each node of a TrainJob as Kubeflow Trainer v2.3.0 makes it
-    (pkg/runtime/framework/plugins/jobset/builder.go): the runtime's `node` pod template (default:
-    k8s/trainjob/runtime), the job's runtime patches merged into it, then spec.trainer's image,
-    command, args, env and resources on the container `node`."""
+    (pkg/runtime/framework/plugins/jobset/builder.go) once Kueue has admitted it: the runtime's
+    `node` pod template (default: k8s/trainjob/runtime), the job's runtime patches as Kueue
+    wrote them back (kueue_written_back) merged into it, then spec.trainer's image, command,
+    args, env and resources on the container `node`."""
     runtime = runtime or yaml.safe_load(TRAINER_RUNTIME.read_text())
     assert job["spec"]["runtimeRef"]["name"] == runtime["metadata"]["name"]
-
-    def node_template(spec):
-        return next(j for j in spec["template"]["spec"]["replicatedJobs"]
-                    if j["name"] == "node")["template"]["spec"]["template"]
     template = copy.deepcopy(node_template(runtime["spec"]))
     for patch in job["spec"].get("runtimePatches", []):
-        template = merge(template, node_template(patch["trainingRuntimeSpec"]))
+        template = merge(template, kueue_written_back(patch))
     trainer = job["spec"]["trainer"]
     node = next(c for c in template["spec"]["containers"] if c["name"] == "node")
     for field, key in (("image", "image"), ("command", "command"), ("args", "args"),

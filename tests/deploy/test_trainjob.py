@@ -15,7 +15,8 @@ import pytest
 yaml = pytest.importorskip("yaml", reason="pyyaml is missing: run scripts/setup.sh")
 # kubectl, render and rendered are fixtures.
 from deploy_support import (EFA_INTERFACES, TRAINER_CRDS, TRAINJOB_TARGETS,  # noqa: E402,F401
-                            crd_validator, kubectl, render, rendered, trainjob_pod)
+                            crd_validator, kubectl, kueue_written_back, node_template,
+                            render, rendered, trainjob_pod)
 from test_pytorchjob import (BIN, TORCHRUN, LocalPods,  # noqa: E402
                              assert_every_image_once_per_epoch, merged_log, rounds)
 from conftest import kill_tree  # noqa: E402
@@ -153,3 +154,20 @@ def test_node_command_trains_and_a_restart_after_a_lost_pod_resumes(render, tmp_
     (_, first_world), (resumed_at, world) = rounds(log)
     assert first_world == world == 2 and resumed_at >= 4, log
     assert_every_image_once_per_epoch(nodes.trace, log, epochs=3)
+
+
+# torchrun's agent stops its ranks with SIGTERM, then SIGKILL this many seconds later
+# (torch.distributed.elastic's shutdown timeout).
+TORCHRUN_KILL_S = 30
+
+
+@pytest.mark.parametrize("target", TRAINJOB_TARGETS)
+def test_the_grace_period_outlasts_torchruns_kill_once_kueue_admits_the_job(target, rendered):
+    # Every field the job's patches set survives Kueue's write-back on admission, and the pods
+    # then get the time to checkpoint: torchrun's SIGTERM, its SIGKILL 30 s later, all inside
+    # the grace period.
+    job = trainjob(rendered(target))
+    for patch in job["spec"]["runtimePatches"]:
+        assert kueue_written_back(patch) == node_template(patch["trainingRuntimeSpec"])
+    _, pod = trainjob_pod(job)
+    assert pod["terminationGracePeriodSeconds"] >= 2 * TORCHRUN_KILL_S
