@@ -200,7 +200,7 @@ int main(int argc, char** argv) {
   trainer::Environment env = trainer::read_environment();
   if (env.launcher == trainer::Launcher::kAlone) {
     std::printf(
-        "test_distributed runs under mpirun or torchrun (ctest does both); nothing to do "
+        "distributed_tests runs under mpirun or torchrun (ctest does both); nothing to do "
         "alone\n");
     return 0;
   }

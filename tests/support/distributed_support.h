@@ -1,4 +1,4 @@
-// What the multi-rank tests share (tests/test_distributed*.cpp, one binary run under mpirun and
+// What the multi-rank tests share (tests/distributed/test_*.cpp, one binary run under mpirun and
 // torchrun): the group every test runs in, a small configuration and per-rank batches.
 #pragma once
 
