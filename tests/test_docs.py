@@ -37,7 +37,7 @@ def test_relative_links_lead_to_files():
 
 
 # A path of the project's own: one of its top folders, then a file name with its extension.
-# Placeholders in capitals (configs/NAME.toml) are no file's name.
+# A name in capitals (configs/NAME.toml) stands for one the reader picks: no file of that name.
 PROJECT_PATH = re.compile(r"(?<![\w/.$~{-])((?:scripts|tests|docs|configs|k8s|docker)/[\w./-]*"
                           r"\.(?:sh|py|cpp|h|md|toml|yaml|txt))\b")
 
