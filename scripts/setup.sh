@@ -53,9 +53,10 @@ APT_PACKAGES=(
 # (tests/deploy/test_image_run.py; runc: crun cannot start containers on every kernel), and real
 # photographs to fine-tune on (mate-backgrounds; scripts/dev/make_photo_dataset.py), and clang for the
 # sanitizer builds and libFuzzer (scripts/fuzz.sh --check in the test command) with its run-time
-# libraries (libclang_rt.asan, .fuzzer...), which clang only recommends.
+# libraries (libclang_rt.asan, .fuzzer...), which clang only recommends. The hosts made of network
+# namespaces (tests/distributed/netns_hosts.py): ip, ebtables (iptables' nft one), unshare.
 APT_TEST_PACKAGES=(git libgtest-dev shellcheck podman runc debootstrap mate-backgrounds clang
-  libclang-rt-14-dev)
+  libclang-rt-14-dev iproute2 iptables util-linux)
 
 TORCH_PACKAGES="torch==$TORCH_VERSION torchvision==$TORCHVISION_VERSION"
 case "${1:-}" in

@@ -25,6 +25,14 @@ std::string get(const char* name) {
   return value ? value : "";
 }
 
+// The first IPv4 address of mpirun's URI, "JOBID.0;tcp://A,B:PORT;tcp6://...".
+std::string mpirun_address(const std::string& uri) {
+  const auto at = uri.find("tcp://");
+  if (at == std::string::npos) return "";
+  const auto begin = at + 6;
+  return uri.substr(begin, uri.find_first_of(",:;", begin) - begin);
+}
+
 // torchrun's variables, when WORLD_SIZE says there is more than one process or RANK is set.
 void read_torchrun(Environment& env) {
   const std::string world = get("WORLD_SIZE"), rank = get("RANK");
@@ -71,6 +79,9 @@ Environment read_environment() {
       break;
     }
   }
+  env.launcher_address = env.launcher == Launcher::kTorchrun
+                             ? env.torchrun.master_addr
+                             : mpirun_address(get("OMPI_MCA_orte_hnp_uri"));
   env.gloo_socket_ifname = get("GLOO_SOCKET_IFNAME");
   env.nccl_debug_set = std::getenv("NCCL_DEBUG") != nullptr;
   env.omp_num_threads_set = std::getenv("OMP_NUM_THREADS") != nullptr;

@@ -39,6 +39,9 @@ struct Environment {
   // cores / local_size. From OMPI_COMM_WORLD_LOCAL_SIZE, else LOCAL_WORLD_SIZE, else 1.
   int local_size = 1;
   std::string hostname;
+  // An address of the launcher's host: mpirun's (OMPI_MCA_orte_hnp_uri) or the store's
+  // (MASTER_ADDR). The route to it is the network the other hosts reach this one by.
+  std::string launcher_address;
   // GLOO_SOCKET_IFNAME: the network interface Gloo uses under torchrun (default: the one this
   // host's name resolves to), as torch.distributed reads it.
   std::string gloo_socket_ifname;

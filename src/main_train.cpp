@@ -23,6 +23,7 @@
 #include "src/config/config.h"
 #include "src/data_classes.h"
 #include "src/device.h"
+#include "src/distributed/liveness.h"
 #include "src/distributed/process_group.h"
 #include "src/distributed/watchdog.h"
 #include "src/environment.h"
@@ -132,6 +133,19 @@ std::unique_ptr<ProcessGroup> join_job(Config& config, const Environment& env) {
   return group;
 }
 
+// What ends a job that a rank or a host has left, from here on: the watchdog times every
+// collective of the group, and the liveness messages find a lost host long before that.
+struct JobGuards {
+  JobGuards(ProcessGroup& group, const Environment& env, const Config& config, c10::Device device) {
+    if (group.launched())
+      watchdog.emplace(group, std::chrono::seconds(config.collective_timeout_s), device);
+    if (group.size() > 1 && config.liveness_timeout_s > 0)
+      liveness.emplace(group, env, std::chrono::seconds(config.liveness_timeout_s));
+  }
+  std::optional<Watchdog> watchdog;
+  std::optional<Liveness> liveness;
+};
+
 int run(int argc, char** argv, std::unique_ptr<ProcessGroup>& group) {
   std::optional<CommandLine> line = parse_command_line(argc, argv);
   if (!line) return 0;  // --help
@@ -147,9 +161,7 @@ int run(int argc, char** argv, std::unique_ptr<ProcessGroup>& group) {
   check_device_supports(config, device, group->launched());
   limit_gpu_memory(device, config.gpu_memory_gib);
   at::globalContext().setBenchmarkCuDNN(config.cudnn_benchmark);
-  std::optional<Watchdog> watchdog;  // times every collective of `group` from here on
-  if (group->launched())
-    watchdog.emplace(*group, std::chrono::seconds(config.collective_timeout_s), device);
+  const JobGuards guards(*group, env, config, device);
   log_world(*group, device, group->init_nccl(device));
   TrainerOptions trainer_setup = trainer_options(config);
   spdlog::info("resolved configuration:\n{}", trainer_setup.resolved_config);

@@ -195,3 +195,43 @@ def test_entrypoint_as_a_workers_pid_1_stops_the_ranks_cleanly(image_bin, tmp_pa
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+FAKE_MPIRUN = """#!/usr/bin/env bash
+# Stands in for mpirun: `ok` prints a line to each stream and exits 0; `abort` prints a rank's
+# error and Open MPI's abort banner and exits 3; `hang` does the same, then waits as mpirun does
+# for a lost host's daemon, SIGTERM or not.
+echo "a rank's line"
+echo "mpirun's own" >&2
+[ "$1" = ok ] && exit 0
+printf '[2026-12-01 10:00:00.000] [hostb 1/3] [\\e[1m\\e[41mcritical\\e[m] rank 1 (hostb): no word from rank 2 (hostc)\\n'
+printf 'MPI_ABORT was invoked on rank 1 in communicator MPI_COMM_WORLD\\nwith errorcode 3.\\n' >&2
+[ "$1" = abort ] && exit 3
+trap '' TERM
+exec sleep 600
+"""
+
+
+@pytest.mark.parametrize("mode", ["ok", "abort", "hang"])
+def test_the_launcher_ends_mpirun_that_outlives_the_jobs_failure(image_bin, tmp_path, mode):
+    # docker/entrypoint.sh, "mpirun's end after a lost host". MPIRUN_EXIT_S ships as 40.
+    (image_bin / "mpirun").write_text(FAKE_MPIRUN)
+    (image_bin / "mpirun").chmod(0o755)
+    start = time.monotonic()
+    result = run(image_bin / "entrypoint", image_bin / "mpirun", mode, timeout=60,
+                 env={**os.environ, "MPIRUN_EXIT_S": "2"})
+    took = time.monotonic() - start
+    assert result.stdout.splitlines()[0] == "a rank's line"  # each stream stays itself
+    assert result.stderr.splitlines()[0] == "mpirun's own"
+    last = result.stderr.rstrip().splitlines()[-1]
+    if mode == "ok":
+        assert (result.returncode, last) == (0, "mpirun's own")
+        return
+    named = "the job's first error: [2026-12-01 10:00:00.000] [hostb 1/3] [critical] rank 1"
+    assert named in last and last.endswith("no word from rank 2 (hostc)"), last
+    if mode == "abort":
+        assert result.returncode == 3 and took < 10, (result.returncode, took)
+        assert last.startswith("entrypoint: mpirun exited with status 3;"), last
+    else:  # 2 s after the banner, then SIGTERM, 5 s, SIGKILL
+        assert result.returncode == 1 and 6 < took < 20, (result.returncode, took)
+        assert last.startswith("entrypoint: mpirun has not ended 2 s after"), last

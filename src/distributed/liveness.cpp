@@ -1,0 +1,232 @@
+#include "src/distributed/liveness.h"
+
+#include <ATen/ATen.h>
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <set>
+
+namespace trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kBeatEvery = std::chrono::seconds(1);
+constexpr uint32_t kMagic = 0x564c4e52;  // "RNLV"
+constexpr uint32_t kAlive = 1, kLeaving = 2;
+
+struct Beat {
+  uint32_t magic, token;
+  int32_t rank;
+  uint32_t kind;
+};
+
+// The IPv4 address this host sends from toward `peer` (a name or an address): a connected UDP
+// socket sends nothing, but the kernel picks its route and source. 0 when there is none.
+uint32_t address_toward(const std::string& peer) {
+  if (peer.empty()) return 0;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(peer.c_str(), "9", &hints, &found) != 0 || !found) return 0;
+  uint32_t address = 0;
+  const int probe = ::socket(AF_INET, SOCK_DGRAM, 0);
+  if (probe >= 0 && ::connect(probe, found->ai_addr, found->ai_addrlen) == 0) {
+    sockaddr_in local{};
+    socklen_t size = sizeof(local);
+    if (::getsockname(probe, reinterpret_cast<sockaddr*>(&local), &size) == 0)
+      address = local.sin_addr.s_addr;
+  }
+  if (probe >= 0) ::close(probe);
+  ::freeaddrinfo(found);
+  return address;
+}
+
+std::string process_name(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
+  std::string name;
+  std::getline(in, name);
+  return name;
+}
+
+}  // namespace
+
+Liveness::Liveness(ProcessGroup& group, const Environment& env, std::chrono::seconds timeout)
+    : group_(group), timeout_(timeout), launcher_(env.launcher) {
+  uint32_t address = address_toward(env.launcher_address);
+  if (address == 0) address = address_toward(env.hostname);
+  sockaddr_in mine{};
+  mine.sin_family = AF_INET;
+  mine.sin_addr.s_addr = address;
+  socket_ = address ? ::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0) : -1;
+  socklen_t size = sizeof(mine);
+  if (socket_ >= 0 && (::bind(socket_, reinterpret_cast<sockaddr*>(&mine), sizeof(mine)) != 0 ||
+                       ::getsockname(socket_, reinterpret_cast<sockaddr*>(&mine), &size) != 0)) {
+    ::close(socket_);
+    socket_ = -1;
+  }
+  // Every rank's address and port, and rank 0's token: each rank fills its own row.
+  at::Tensor table = at::zeros({group.size(), 3}, at::kLong);
+  auto rows = table.accessor<int64_t, 2>();
+  if (socket_ >= 0) {
+    rows[group.rank()][0] = mine.sin_addr.s_addr;
+    rows[group.rank()][1] = mine.sin_port;
+  }
+  if (group.rank() == 0) rows[0][2] = std::random_device{}() | 1;
+  group.allreduce_sum_(table);
+  token_ = static_cast<uint32_t>(rows[0][2]);
+  peers_.resize(group.size());
+  bool every_rank = true;
+  for (int r = 0; r < group.size(); ++r) {
+    peers_[r].address = static_cast<uint32_t>(rows[r][0]);
+    peers_[r].port = static_cast<uint16_t>(rows[r][1]);
+    peers_[r].heard = Clock::now();
+    every_rank = every_rank && peers_[r].port != 0;
+  }
+  if (!every_rank) {  // a rank with no address would look lost to every other
+    if (group.rank() == 0)
+      spdlog::warn(
+          "liveness messages are off: some rank found no address of its host (from {}); a lost "
+          "host is found only by collective_timeout_s",
+          env.launcher_address.empty() ? "its host name" : env.launcher_address);
+    if (socket_ >= 0) ::close(socket_);
+    socket_ = -1;
+    return;
+  }
+  thread_ = std::thread([this] { run(); });
+}
+
+Liveness::~Liveness() {
+  if (socket_ < 0) return;
+  stop_ = true;
+  thread_.join();
+  // Twice: a datagram may be dropped, and a peer that misses both only waits for its own end.
+  send_all(kLeaving);
+  send_all(kLeaving);
+  ::close(socket_);
+}
+
+void Liveness::send_all(uint32_t kind) {
+  const Beat beat{kMagic, token_, group_.rank(), kind};
+  for (int r = 0; r < static_cast<int>(peers_.size()); ++r) {
+    if (r == group_.rank() || peers_[r].left) continue;
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_addr.s_addr = peers_[r].address;
+    to.sin_port = peers_[r].port;
+    // Never blocks (a full buffer drops the datagram, as a lossy network would).
+    ::sendto(socket_, &beat, sizeof(beat), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&to),
+             sizeof(to));
+  }
+}
+
+void Liveness::receive() {
+  Beat beat{};
+  while (::recv(socket_, &beat, sizeof(beat), MSG_DONTWAIT) == sizeof(beat)) {
+    if (beat.magic != kMagic || beat.token != token_ || beat.rank < 0 ||
+        beat.rank >= static_cast<int>(peers_.size()))
+      continue;
+    peers_[beat.rank].heard = Clock::now();
+    if (beat.kind == kLeaving) peers_[beat.rank].left = true;
+  }
+}
+
+void Liveness::run() {
+  auto next_beat = Clock::now();
+  auto last_turn = Clock::now();
+  while (!stop_) {
+    pollfd ready{socket_, POLLIN, 0};
+    ::poll(&ready, 1, 200);
+    receive();
+    const auto now = Clock::now();
+    // This process did not run for a while (stopped, swapped out, a starved machine): its own
+    // silence, not the peers', so it does not judge them on it.
+    if (now - last_turn > timeout_ / 2)
+      for (Peer& peer : peers_) peer.heard = now;
+    last_turn = now;
+    if (now >= next_beat) {
+      send_all(kAlive);
+      next_beat = now + kBeatEvery;
+    }
+    judge(now);
+  }
+}
+
+// Note [Lost, or cut off]
+// Ranks on this host share its network, so they hear each other whatever happens to its link.
+// When every rank on the other hosts has gone silent and there are two or more of those hosts,
+// the likely fault is here: this host is cut off, and says so instead of blaming them. With one
+// other host the two cannot be told apart, and the message says so.
+void Liveness::judge(Clock::time_point now) {
+  std::vector<int> silent;
+  std::set<std::string> other_hosts, silent_hosts;
+  bool other_host_heard = false;
+  for (int r = 0; r < static_cast<int>(peers_.size()); ++r) {
+    if (r == group_.rank() || peers_[r].left) continue;
+    const std::string& host = group_.hosts()[r];
+    const bool here = host == group_.host();
+    const bool quiet = now - peers_[r].heard > timeout_;
+    if (!here) other_hosts.insert(host);
+    if (quiet) {
+      silent.push_back(r);
+      if (!here) silent_hosts.insert(host);
+    } else if (!here) {
+      other_host_heard = true;
+    }
+  }
+  if (silent.empty()) return;
+  if (!other_host_heard && other_hosts.size() >= 2 && silent_hosts.size() == other_hosts.size())
+    cut_off(static_cast<int>(other_hosts.size()));
+  lost(silent, other_hosts.size() == 1 && !silent_hosts.empty());
+}
+
+void Liveness::lost(const std::vector<int>& silent, bool one_other_host) {
+  std::string who;
+  const size_t named = std::min<size_t>(silent.size(), 8);
+  for (size_t i = 0; i < named; ++i)
+    who += (i ? ", " : "") + std::string("rank ") + std::to_string(silent[i]) + " (" +
+           group_.hosts()[silent[i]] + ")";
+  if (named < silent.size()) who += " and " + std::to_string(silent.size() - named) + " more";
+  spdlog::critical(
+      "rank {} ({}): no word from {} for {} s: {}. Ending the whole job; a restart resumes from "
+      "the newest checkpoint. HINT: check that node and its network before it runs the job again",
+      group_.rank(), group_.host(), who, timeout_.count(),
+      one_other_host ? "that host or this one lost its network, or the process is gone"
+                     : "its host or network is gone, or the process is");
+  spdlog::default_logger()->flush();
+  group_.abort_job(3);
+}
+
+void Liveness::cut_off(int other_hosts) {
+  const pid_t parent = ::getppid();
+  const std::string parent_name = process_name(parent);
+  const bool launcher_here =
+      (launcher_ == Launcher::kMpirun && parent_name == "orted") ||
+      (launcher_ == Launcher::kTorchrun && std::getenv("TORCHELASTIC_RUN_ID") != nullptr);
+  spdlog::critical(
+      "rank {} ({}): no word from any rank on the other {} hosts for {} s: this host is cut off "
+      "from the job (its network link, its node, or a network policy). Ending this host's part "
+      "of the job{}",
+      group_.rank(), group_.host(), other_hosts, timeout_.count(),
+      launcher_here ? ", and " + parent_name + " (pid " + std::to_string(parent) +
+                          "), which would wait for hosts it cannot reach"
+                    : "");
+  spdlog::default_logger()->flush();
+  // mpirun's daemon answers SIGTERM by reporting to mpirun, which it cannot reach, and stays;
+  // torchrun's agent stops its other ranks on SIGTERM and exits.
+  if (launcher_here) ::kill(parent, launcher_ == Launcher::kMpirun ? SIGKILL : SIGTERM);
+  std::_Exit(3);
+}
+
+}  // namespace trainer

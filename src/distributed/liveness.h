@@ -1,0 +1,55 @@
+// Lost hosts found without waiting for a collective's deadline. Every rank tells every other,
+// once a second over UDP, that it is alive, from a thread of its own: a rank busy in a slow step,
+// a checkpoint write or an evaluation still speaks, and a collective that is merely slow is left
+// to its own deadline (collective_timeout_s). A rank that hears nothing from a peer for
+// `timeout` ends the job, naming that rank and its host; one that hears from no peer at all says
+// that its own host is cut off, and ends its launcher's process on the host as well (mpirun's
+// daemon, torchrun's agent), which would otherwise wait for peers it cannot reach.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "src/distributed/process_group.h"
+#include "src/environment.h"
+
+namespace trainer {
+
+class Liveness {
+ public:
+  // Collective: every rank of `group` (launched, more than one) makes one. Binds a UDP socket on
+  // the address this host reaches `env.launcher_address` from, and learns every rank's.
+  Liveness(ProcessGroup& group, const Environment& env, std::chrono::seconds timeout);
+  ~Liveness();  // tells the peers this rank is leaving (not lost), then stops
+  Liveness(const Liveness&) = delete;
+  Liveness& operator=(const Liveness&) = delete;
+
+ private:
+  struct Peer {
+    uint32_t address = 0;  // IPv4, network order
+    uint16_t port = 0;     // network order
+    std::chrono::steady_clock::time_point heard;
+    bool left = false;  // said it was leaving: its silence is not a loss
+  };
+  void run();
+  void send_all(uint32_t kind);
+  void receive();
+  void judge(std::chrono::steady_clock::time_point now);
+  [[noreturn]] void lost(const std::vector<int>& silent, bool one_other_host);
+  [[noreturn]] void cut_off(int other_hosts);
+
+  ProcessGroup& group_;
+  std::chrono::seconds timeout_;
+  Launcher launcher_;
+  int socket_ = -1;
+  uint32_t token_ = 0;       // this job's, so that a stray datagram of another job is not heard
+  std::vector<Peer> peers_;  // by rank; this rank's own entry unused
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace trainer

@@ -1,0 +1,177 @@
+"""A job across hosts that loses one: three worker hosts and mpirun's own (network namespaces,
+tests/distributed/netns_hosts.py), the MPIJob's launcher command as k8s/base/mpijob.yaml ships
+it (its entrypoint, its mpirun options) and the trainer's shipped timeouts, on the CPU. A host
+blackholed or its link cut once checkpoint 10 exists: every process of the job, on every host,
+ends within two minutes, a surviving rank's error names the lost rank and host, so does the
+launcher's last line, and the newest checkpoint loads. An outage shorter than
+liveness_timeout_s ends nothing.
+"""
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, binary, descendants, kill_tree
+from netns_hosts import hosts_maker  # noqa: F401 (a fixture)
+
+yaml = pytest.importorskip("yaml", reason="pyyaml is missing: run scripts/setup.sh")
+
+LOST_WITHIN_S = 120  # the bound docs/distributed.md states for every process of the job
+START_S = 180  # launch to checkpoint 10 on a busy machine
+ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+       "OMPI_MCA_btl_vader_single_copy_mechanism": "none", "OMP_NUM_THREADS": "1"}
+
+
+def launcher(job_yaml, ranks, config):
+    """The MPIJob launcher's mpirun options, for `ranks` ranks of this build's train, and its
+    environment."""
+    (job,) = [d for d in yaml.safe_load_all(job_yaml.read_text()) if d]
+    (container,) = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"]
+    args = list(container["args"])
+    assert args[:2] == ["-np", args[1]] and args[-3:-1] == ["/opt/resnet-trainer/bin/train",
+                                                            "--config"]
+    args = ["-np", str(ranks), *args[2:-3], "-x", "OMP_NUM_THREADS",
+            str(binary("train").resolve()), "--config", str(config)]
+    return args, {e["name"]: e["value"] for e in container.get("env", [])}
+
+
+def settings(out, images):
+    """A small run at the shipped timeouts (collective_timeout_s, liveness_timeout_s unset)."""
+    return (f'arch = "resnet18"\nnum_classes = 4\ndevice = "cpu"\ndata_source = "generated"\n'
+            f'generated_classes = 4\ngenerated_train_images = {images}\n'
+            f'generated_val_images = 12\nimage_size = 32\nbatch_size = 12\nepochs = 1\n'
+            f'warmup_epochs = 0\nlog_every_steps = 5\ncheckpoint_every_steps = 5\n'
+            f'keep_checkpoints = 2\noutput_dir = "{out}"\nresume = "auto"\n')
+
+
+def job_processes(marker):
+    """Live processes of the job: their command lines name its folder (the config, the hostfile,
+    the rsh agent)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if str(marker).encode() not in cmdline.read_bytes():
+                continue
+            pid = int(cmdline.parent.name)
+            fields = (cmdline.parent / "stat").read_text().rsplit(")", 1)[1].split()
+            if pid != os.getpid() and fields[0] != "Z":
+                found.append(f"{pid} {(cmdline.parent / 'comm').read_text().strip()}")
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+    return found
+
+
+class Job:
+    """mpirun's launcher on the first host, one rank on each of the others."""
+
+    def __init__(self, hosts, folder, images):
+        self.hosts, self.folder = hosts, folder
+        self.out = folder / "run"
+        self.workers = hosts.names[1:]
+        config = folder / "trainer.toml"
+        config.write_text(settings(self.out, images))
+        hostfile = folder / "hostfile"
+        hostfile.write_text("".join(f"{h} slots=1\n" for h in self.workers))
+        args, env = launcher(ROOT / "k8s" / "base" / "mpijob.yaml", len(self.workers), config)
+        argv = [str(ROOT / "docker" / "entrypoint.sh"), "mpirun", "--hostfile", str(hostfile),
+                "--mca", "plm_rsh_agent", str(hosts.rsh_agent(folder)), *args]
+        self.log = folder / "launcher.log"
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(hosts.on(hosts.names[0], argv), stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True,
+                                         env={"LD_LIBRARY_PATH": "", **os.environ, **ENV, **env},
+                                         cwd=folder)
+
+    def text(self):
+        return self.log.read_text(errors="replace")
+
+    def checkpoints(self):
+        return sorted((self.out / "checkpoints").glob("checkpoint-*.pt"))
+
+    def wait_checkpoint(self, step):
+        deadline = time.monotonic() + START_S
+        name = f"checkpoint-{step:09d}.pt"
+        while not any(p.name >= name for p in self.checkpoints()):
+            assert self.proc.poll() is None, (
+                f"the job ended (status {self.proc.returncode}) before checkpoint {step}:\n"
+                + self.text()[-3000:])
+            assert time.monotonic() < deadline, f"no checkpoint {step} after {START_S} s"
+            time.sleep(0.2)
+
+    def wait_end(self, within):
+        """Seconds until every process of the job has ended; fails past `within`."""
+        start = time.monotonic()
+        while job_processes(self.folder):
+            elapsed = time.monotonic() - start
+            assert elapsed < within, (
+                f"{elapsed:.0f} s after the fault these processes of the job still run: "
+                f"{job_processes(self.folder)}\n" + self.text()[-3000:])
+            time.sleep(0.5)
+        self.proc.wait(timeout=10)
+        return time.monotonic() - start
+
+    def kill(self):
+        for pid in job_processes(self.folder):
+            try:
+                os.kill(int(pid.split()[0]), 9)
+            except ProcessLookupError:
+                pass
+        kill_tree(self.proc)
+
+
+@pytest.fixture
+def job_on(hosts_maker, tmp_path):
+    """Starts a Job on new hosts (launcher, a, b, c); kills what is left of it at the end."""
+    jobs = []
+
+    def start(images):
+        job = Job(hosts_maker(["l", "a", "b", "c"]), tmp_path, images)
+        jobs.append(job)
+        return job
+
+    yield start
+    for job in jobs:
+        job.kill()
+
+
+def newest_checkpoint_loads(job):
+    torch = pytest.importorskip("torch")
+    newest = job.checkpoints()[-1]
+    assert int(torch.load(newest)["step"]) >= 10, newest
+
+
+@pytest.mark.parametrize("fault, lost", [("blackhole", 3), ("link_down", 3), ("blackhole", 1)],
+                         ids=["worker-blackholed", "worker-link-down", "rank0-host-blackholed"])
+def test_a_lost_host_ends_every_process_within_two_minutes_named(job_on, fault, lost):
+    job = job_on(images=3600)  # 100 steps: the job cannot end before the fault does
+    job.wait_checkpoint(10)
+    host = job.hosts.names[lost]
+    rank = lost - 1
+    getattr(job.hosts, fault)(host)
+    took = job.wait_end(within=LOST_WITHIN_S)
+    text = job.text()
+    named = f"no word from rank {rank} ({host})"
+    survivors = [line for line in text.splitlines() if "[critical]" in line.replace(
+        "\x1b[1m\x1b[41m", "").replace("\x1b[m", "") and named in line]
+    assert survivors, f"no surviving rank named rank {rank} ({host}):\n{text[-3000:]}"
+    last = text.rstrip().splitlines()[-1]
+    assert last.startswith("entrypoint: mpirun ") and named in last, last
+    assert job.proc.returncode != 0
+    newest_checkpoint_loads(job)
+    print(f"{fault} of {host}: every process ended {took:.0f} s after the fault")
+
+
+def test_an_outage_shorter_than_the_liveness_timeout_ends_nothing(job_on):
+    job = job_on(images=720)  # 20 steps: it finishes soon after the outage
+    job.wait_checkpoint(10)
+    worker = job.hosts.names[3]
+    job.hosts.blackhole(worker)
+    time.sleep(25)
+    job.hosts.heal()
+    job.wait_end(within=START_S)
+    text = job.text()
+    assert job.proc.returncode == 0, text[-3000:]
+    assert "no word from" not in text and "cut off" not in text, text[-3000:]
+    assert job.checkpoints()[-1].name == "checkpoint-000000020.pt"
