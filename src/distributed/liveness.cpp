@@ -60,6 +60,38 @@ std::string process_name(pid_t pid) {
   return name;
 }
 
+// The host of torchrun's rendezvous, "HOST:PORT": the Training Operator's PET_RDZV_ENDPOINT, or
+// the agent's --rdzv-endpoint (its command line: torchrun passes it to no rank).
+std::string rendezvous_host() {
+  std::string endpoint;
+  if (const char* pet = std::getenv("PET_RDZV_ENDPOINT")) endpoint = pet;
+  if (endpoint.empty()) {
+    std::ifstream in("/proc/" + std::to_string(::getppid()) + "/cmdline");
+    std::string arg;
+    bool next = false;
+    while (std::getline(in, arg, '\0')) {
+      if (next) endpoint = arg;
+      next = arg == "--rdzv-endpoint" || arg == "--rdzv_endpoint";
+      for (const char* flag : {"--rdzv-endpoint=", "--rdzv_endpoint="})
+        if (arg.rfind(flag, 0) == 0) endpoint = arg.substr(std::string(flag).size());
+    }
+  }
+  return endpoint.substr(0, endpoint.rfind(':'));
+}
+
+// The IPv4 addresses `host` resolves to.
+std::set<uint32_t> addresses_of(const std::string& host) {
+  std::set<uint32_t> found;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* list = nullptr;
+  if (host.empty() || ::getaddrinfo(host.c_str(), nullptr, &hints, &list) != 0) return found;
+  for (addrinfo* a = list; a; a = a->ai_next)
+    found.insert(reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr.s_addr);
+  ::freeaddrinfo(list);
+  return found;
+}
+
 }  // namespace
 
 Liveness::Liveness(ProcessGroup& group, const Environment& env, std::chrono::seconds timeout)
@@ -204,8 +236,33 @@ void Liveness::lost(const std::vector<int>& silent, bool one_other_host) {
       group_.rank(), group_.host(), who, timeout_.count(),
       one_other_host ? "that host or this one lost its network, or the process is gone"
                      : "its host or network is gone, or the process is");
+  end_agent_if_rendezvous_lost(silent);
   spdlog::default_logger()->flush();
   group_.abort_job(3);
+}
+
+// Note [A launcher that waits on lost hosts]
+// SIGKILL, not SIGTERM: each launcher's way out on SIGTERM waits on a host it cannot reach.
+// mpirun's daemon reports to mpirun and stays; torchrun's agent hears the signal only between
+// its calls to the store, each of which waits up to a minute for the lost host. The launcher's
+// other ranks on this host hear the same silence and end by themselves.
+
+// Under torchrun the agents meet at a store on one host. When that host is the one lost they
+// cannot form a new group and would wait on it, so each survivor ends its agent too, and the
+// PyTorchJob starts the pods again.
+void Liveness::end_agent_if_rendezvous_lost(const std::vector<int>& silent) {
+  if (launcher_ != Launcher::kTorchrun || !std::getenv("TORCHELASTIC_RUN_ID")) return;
+  const std::set<uint32_t> rendezvous = addresses_of(rendezvous_host());
+  for (int r : silent) {
+    if (!rendezvous.count(peers_[r].address)) continue;
+    spdlog::critical(
+        "rank {} ({}): {} held the agents' rendezvous: ending torchrun's agent (pid {}), which "
+        "cannot start the group again without it",
+        group_.rank(), group_.host(), group_.hosts()[r], ::getppid());
+    spdlog::default_logger()->flush();
+    ::kill(::getppid(), SIGKILL);  // Note [A launcher that waits on lost hosts]
+    return;
+  }
 }
 
 void Liveness::cut_off(int other_hosts) {
@@ -223,9 +280,7 @@ void Liveness::cut_off(int other_hosts) {
                           "), which would wait for hosts it cannot reach"
                     : "");
   spdlog::default_logger()->flush();
-  // mpirun's daemon answers SIGTERM by reporting to mpirun, which it cannot reach, and stays;
-  // torchrun's agent stops its other ranks on SIGTERM and exits.
-  if (launcher_here) ::kill(parent, launcher_ == Launcher::kMpirun ? SIGKILL : SIGTERM);
+  if (launcher_here) ::kill(parent, SIGKILL);  // Note [A launcher that waits on lost hosts]
   std::_Exit(3);
 }
 

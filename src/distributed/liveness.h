@@ -40,6 +40,7 @@ class Liveness {
   void receive();
   void judge(std::chrono::steady_clock::time_point now);
   [[noreturn]] void lost(const std::vector<int>& silent, bool one_other_host);
+  void end_agent_if_rendezvous_lost(const std::vector<int>& silent);
   [[noreturn]] void cut_off(int other_hosts);
 
   ProcessGroup& group_;

@@ -1,13 +1,17 @@
-"""A job across hosts that loses one: three worker hosts and mpirun's own (network namespaces,
-tests/distributed/netns_hosts.py), the MPIJob's launcher command as k8s/base/mpijob.yaml ships
-it (its entrypoint, its mpirun options) and the trainer's shipped timeouts, on the CPU. A host
-blackholed or its link cut once checkpoint 10 exists: every process of the job, on every host,
-ends within two minutes, a surviving rank's error names the lost rank and host, so does the
-launcher's last line, and the newest checkpoint loads. An outage shorter than
-liveness_timeout_s ends nothing.
+"""A job across hosts that loses one, on hosts made of network namespaces
+(tests/distributed/netns_hosts.py), at the trainer's shipped timeouts, on the CPU. Under mpirun:
+three worker hosts and the launcher's, with the MPIJob's launcher command as
+k8s/base/mpijob.yaml ships it (its entrypoint, its mpirun options and environment). Under
+torchrun: three pods' hosts, each running the PyTorchJob's container command with what the
+Training Operator sets. A host blackholed or its link cut once checkpoint 10 exists: every
+process of the job that can end does so within two minutes, a surviving rank's error names the
+lost rank and host, and the newest checkpoint loads. An outage shorter than liveness_timeout_s
+ends nothing.
 """
 import os
+import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -17,6 +21,8 @@ from conftest import ROOT, binary, descendants, kill_tree
 from netns_hosts import hosts_maker  # noqa: F401 (a fixture)
 
 yaml = pytest.importorskip("yaml", reason="pyyaml is missing: run scripts/setup.sh")
+sys.path.insert(0, str(Path(__file__).parents[1] / "run"))  # the PyTorchJob, as the chaos test has it
+from chaos_jobs import TORCHRUN, operator_env, pytorchjob, worker_container  # noqa: E402
 
 LOST_WITHIN_S = 120  # the bound docs/distributed.md states for every process of the job
 START_S = 180  # launch to checkpoint 10 on a busy machine
@@ -175,3 +181,113 @@ def test_an_outage_shorter_than_the_liveness_timeout_ends_nothing(job_on):
     assert job.proc.returncode == 0, text[-3000:]
     assert "no word from" not in text and "cut off" not in text, text[-3000:]
     assert job.checkpoints()[-1].name == "checkpoint-000000020.pt"
+
+
+class TorchrunJob:
+    """The PyTorchJob's pods, one a host: each the rendered container's command through the
+    image's entrypoint, with the operator's PET_* variables pointing at pod 0's host."""
+
+    def __init__(self, hosts, folder, images):
+        self.hosts, self.folder = hosts, folder
+        self.out = folder / "run"
+        config = folder / "trainer.toml"
+        config.write_text(settings(self.out, images))
+        entrypoint = folder / "bin" / "entrypoint"  # alone: `torchrun` is the test venv's
+        entrypoint.parent.mkdir()
+        shutil.copy(ROOT / "docker" / "entrypoint.sh", entrypoint)
+        job = pytorchjob()
+        container = worker_container(job)
+        bin_dir = "/opt/resnet-trainer/bin/"
+        paths = {bin_dir + "entrypoint": str(entrypoint),
+                 bin_dir + "train": str(binary("train").resolve()),
+                 "/etc/resnet-trainer/trainer.toml": str(config)}
+        argv = [paths.get(w, w) for w in container["command"] + container["args"]]
+        rendezvous = hosts.names[0]
+        self.procs, self.logs = [], []
+        for index, host in enumerate(hosts.names):
+            env = {**os.environ, **ENV, **{e["name"]: e["value"] for e in container["env"]},
+                   "PATH": f"{TORCHRUN.parent}:{os.environ['PATH']}", "LOGLEVEL": "INFO",
+                   **operator_env(job, index, 29400, 1, len(hosts.names)),
+                   "PET_RDZV_ENDPOINT": f"{rendezvous}:29400", "MASTER_ADDR": rendezvous}
+            log = folder / f"pod{index}.log"
+            with open(log, "w") as f:
+                self.procs.append(subprocess.Popen(hosts.on(host, argv), stdout=f,
+                                                   stderr=subprocess.STDOUT, env=env,
+                                                   start_new_session=True, cwd=folder))
+            self.logs.append(log)
+            if index == 0:
+                time.sleep(2)  # pod 0's agent serves the rendezvous
+
+    def text(self):
+        return "\n".join(log.read_text(errors="replace") for log in self.logs)
+
+    def checkpoints(self):
+        return sorted((self.out / "checkpoints").glob("checkpoint-*.pt"))
+
+    def wait_checkpoint(self, step):
+        name = f"checkpoint-{step:09d}.pt"
+        deadline = time.monotonic() + START_S
+        while not any(p.name >= name for p in self.checkpoints()):
+            assert all(p.poll() is None for p in self.procs), self.text()[-3000:]
+            assert time.monotonic() < deadline, f"no checkpoint {step} after {START_S} s"
+            time.sleep(0.2)
+
+    def wait_pods(self, pods, within):
+        start = time.monotonic()
+        while any(self.procs[i].poll() is None for i in pods):
+            assert time.monotonic() - start < within, (
+                f"pods {[i for i in pods if self.procs[i].poll() is None]} still run "
+                f"{within} s after the fault:\n" + self.text()[-4000:])
+            time.sleep(0.5)
+        return time.monotonic() - start
+
+    def kill(self):
+        for proc in self.procs:
+            kill_tree(proc)
+        for pid in job_processes(self.folder):
+            try:
+                os.kill(int(pid.split()[0]), 9)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.fixture
+def torchrun_on(hosts_maker, tmp_path):
+    jobs = []
+
+    def start(images):
+        job = TorchrunJob(hosts_maker(["a", "b", "c"]), tmp_path, images)
+        jobs.append(job)
+        return job
+
+    yield start
+    for job in jobs:
+        job.kill()
+
+
+def test_torchrun_survivors_of_a_lost_worker_regroup_and_finish(torchrun_on):
+    job = torchrun_on(images=720)
+    job.wait_checkpoint(10)
+    lost = job.hosts.names[2]
+    job.hosts.blackhole(lost)
+    took = job.wait_pods([2], within=LOST_WITHIN_S)  # the cut-off pod's agent ends
+    job.wait_pods([0, 1], within=START_S)
+    text = job.text()
+    assert [p.returncode for p in job.procs[:2]] == [0, 0], text[-4000:]
+    assert "no word from rank" in text and f"({lost})" in text, text[-4000:]
+    assert "this host is cut off" in job.logs[2].read_text(), job.logs[2].read_text()[-3000:]
+    assert "world: 2 rank(s)" in text
+    print(f"torchrun, {lost} blackholed: its pod ended {took:.0f} s after the fault")
+
+
+def test_torchrun_a_lost_rendezvous_host_ends_every_pod(torchrun_on):
+    job = torchrun_on(images=3600)
+    job.wait_checkpoint(10)
+    lost = job.hosts.names[0]
+    job.hosts.blackhole(lost)
+    took = job.wait_pods([0, 1, 2], within=LOST_WITHIN_S)
+    text = job.text()
+    assert all(p.returncode != 0 for p in job.procs), text[-4000:]
+    assert f"({lost}) for 45 s" in text, text[-4000:]
+    newest_checkpoint_loads(job)
+    print(f"torchrun, {lost} blackholed: every pod ended {took:.0f} s after the fault")
