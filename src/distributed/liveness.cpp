@@ -136,6 +136,7 @@ Liveness::Liveness(ProcessGroup& group, const Environment& env, std::chrono::sec
     socket_ = -1;
     return;
   }
+  since_ = Clock::now();
   thread_ = std::thread([this] { run(); });
 }
 
@@ -170,6 +171,7 @@ void Liveness::receive() {
         beat.rank >= static_cast<int>(peers_.size()))
       continue;
     peers_[beat.rank].heard = Clock::now();
+    peers_[beat.rank].spoke = true;
     if (beat.kind == kLeaving) peers_[beat.rank].left = true;
   }
 }
@@ -201,11 +203,12 @@ void Liveness::run() {
 // the likely fault is here: this host is cut off, and says so instead of blaming them. With one
 // other host the two cannot be told apart, and the message says so.
 void Liveness::judge(Clock::time_point now) {
+  if (!told_unheard_ && now - since_ > timeout_) tell_unheard();
   std::vector<int> silent;
   std::set<std::string> other_hosts, silent_hosts;
   bool other_host_heard = false;
   for (int r = 0; r < static_cast<int>(peers_.size()); ++r) {
-    if (r == group_.rank() || peers_[r].left) continue;
+    if (r == group_.rank() || peers_[r].left || !peers_[r].spoke) continue;
     const std::string& host = group_.hosts()[r];
     const bool here = host == group_.host();
     const bool quiet = now - peers_[r].heard > timeout_;
@@ -221,6 +224,24 @@ void Liveness::judge(Clock::time_point now) {
   if (!other_host_heard && other_hosts.size() >= 2 && silent_hosts.size() == other_hosts.size())
     cut_off(static_cast<int>(other_hosts.size()));
   lost(silent, other_hosts.size() == 1 && !silent_hosts.empty());
+}
+
+// A peer never heard from is not judged: its datagrams may be blocked on the way (a security
+// group or network policy that lets the job's TCP through but not UDP), and ending every job
+// at the timeout would be worse than finding a lost host only at collective_timeout_s.
+void Liveness::tell_unheard() {
+  told_unheard_ = true;
+  std::vector<int> unheard;
+  for (int r = 0; r < static_cast<int>(peers_.size()); ++r)
+    if (r != group_.rank() && !peers_[r].spoke && !peers_[r].left) unheard.push_back(r);
+  if (unheard.empty()) return;
+  spdlog::warn(
+      "rank {} ({}): no liveness message from {} of the other ranks in {} s (first: rank {} on "
+      "{}): UDP between the hosts may be blocked. A host lost is found only by "
+      "collective_timeout_s for those. HINT: let the nodes exchange UDP (their security group, "
+      "any network policy)",
+      group_.rank(), group_.host(), unheard.size(), timeout_.count(), unheard[0],
+      group_.hosts()[unheard[0]]);
 }
 
 void Liveness::lost(const std::vector<int>& silent, bool one_other_host) {

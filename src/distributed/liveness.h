@@ -33,12 +33,14 @@ class Liveness {
     uint32_t address = 0;  // IPv4, network order
     uint16_t port = 0;     // network order
     std::chrono::steady_clock::time_point heard;
-    bool left = false;  // said it was leaving: its silence is not a loss
+    bool left = false;   // said it was leaving: its silence is not a loss
+    bool spoke = false;  // has been heard at least once: only then can its silence be judged
   };
   void run();
   void send_all(uint32_t kind);
   void receive();
   void judge(std::chrono::steady_clock::time_point now);
+  void tell_unheard();
   [[noreturn]] void lost(const std::vector<int>& silent, bool one_other_host);
   void end_agent_if_rendezvous_lost(const std::vector<int>& silent);
   [[noreturn]] void cut_off(int other_hosts);
@@ -49,6 +51,8 @@ class Liveness {
   int socket_ = -1;
   uint32_t token_ = 0;       // this job's, so that a stray datagram of another job is not heard
   std::vector<Peer> peers_;  // by rank; this rank's own entry unused
+  std::chrono::steady_clock::time_point since_;
+  bool told_unheard_ = false;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

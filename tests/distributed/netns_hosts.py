@@ -101,6 +101,12 @@ class Hosts:
         for direction in ("-i", "-o"):
             self._in_bridge("ebtables", "-A", "FORWARD", direction, self.port[host], "-j", "DROP")
 
+    def block_udp(self):
+        """Drops every UDP datagram between hosts at the bridge; TCP still passes (a security
+        group or network policy that lets only the job's TCP ports through)."""
+        self._in_bridge("ebtables", "-A", "FORWARD", "-p", "IPv4", "--ip-proto", "udp", "-j",
+                        "DROP")
+
     def link_down(self, host):
         self._in_bridge("ip", "link", "set", self.port[host], "down")
 

@@ -183,6 +183,18 @@ def test_an_outage_shorter_than_the_liveness_timeout_ends_nothing(job_on):
     assert job.checkpoints()[-1].name == "checkpoint-000000020.pt"
 
 
+def test_liveness_blocked_between_hosts_is_said_and_ends_nothing(job_on):
+    # A rank never heard from is not judged (src/distributed/liveness.cpp, tell_unheard): a
+    # network that passes the job's TCP but drops UDP must not end every job at the timeout.
+    job = job_on(images=7200)  # 200 steps: past liveness_timeout_s
+    job.hosts.block_udp()
+    job.wait_end(within=START_S + 120)
+    text = job.text()
+    assert job.proc.returncode == 0, text[-3000:]
+    assert "UDP between the hosts may be blocked" in text, text[-3000:]
+    assert "no word from" not in text and "cut off" not in text, text[-3000:]
+
+
 class TorchrunJob:
     """The PyTorchJob's pods, one a host: each the rendered container's command through the
     image's entrypoint, with the operator's PET_* variables pointing at pod 0's host."""
