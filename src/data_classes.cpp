@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "base/storage_calls.h"
 #include "base/user_error.h"
 #include "data/formats/tfrecord/file.h"
 
@@ -48,7 +49,11 @@ NamedClasses find_data_classes(const Config& config) {
   for (const fs::path& folder : folders)
     for (const char* name : kClassNamesFiles) {
       const fs::path path = folder / name;
-      if (fs::is_regular_file(path)) return read_checked(path.string(), config, "beside the data");
+      const bool found = [&] {
+        const StorageCallScope call("looking for", path.string());
+        return fs::is_regular_file(path);
+      }();
+      if (found) return read_checked(path.string(), config, "beside the data");
       looked += (looked.empty() ? "" : ", ") + path.string();
     }
   spdlog::info(

@@ -33,6 +33,7 @@
 #include "src/run/evaluation.h"
 #include "src/run/fit.h"
 #include "src/run/plan.h"
+#include "src/run/storage_watch.h"
 #include "src/sources.h"
 #include "src/train/trainer.h"
 
@@ -133,15 +134,18 @@ std::unique_ptr<ProcessGroup> join_job(Config& config, const Environment& env) {
   return group;
 }
 
-// What ends a job that a rank or a host has left, from here on: the watchdog times every
-// collective of the group, and the liveness messages find a lost host long before that.
+// What ends a job that a rank, a host or its file system has left, from here on: the storage watch
+// times every call into the data's file system, the watchdog every collective of the group, and
+// the liveness messages find a lost host long before that.
 struct JobGuards {
-  JobGuards(ProcessGroup& group, const Environment& env, const Config& config, c10::Device device) {
+  JobGuards(ProcessGroup& group, const Environment& env, const Config& config, c10::Device device)
+      : storage(group, std::chrono::seconds(config.storage_timeout_s)) {
     if (group.launched())
       watchdog.emplace(group, std::chrono::seconds(config.collective_timeout_s), device);
     if (group.size() > 1 && config.liveness_timeout_s > 0)
       liveness.emplace(group, env, std::chrono::seconds(config.liveness_timeout_s));
   }
+  StorageWatch storage;
   std::optional<Watchdog> watchdog;
   std::optional<Liveness> liveness;
 };
@@ -161,7 +165,7 @@ int run(int argc, char** argv, std::unique_ptr<ProcessGroup>& group) {
   check_device_supports(config, device, group->launched());
   limit_gpu_memory(device, config.gpu_memory_gib);
   at::globalContext().setBenchmarkCuDNN(config.cudnn_benchmark);
-  const JobGuards guards(*group, env, config, device);
+  JobGuards guards(*group, env, config, device);
   log_world(*group, device, group->init_nccl(device));
   TrainerOptions trainer_setup = trainer_options(config);
   spdlog::info("resolved configuration:\n{}", trainer_setup.resolved_config);
@@ -183,6 +187,7 @@ int run(int argc, char** argv, std::unique_ptr<ProcessGroup>& group) {
       "indexes beside the data once with index-tfrecords)");
   Sources sources = make_sources(config, device, group->rank(), group->local_size());
   Trainer trainer(trainer_setup, device, group.get());
+  guards.storage.start_up_done();
   if (config.evaluate_only) {
     evaluate_only(trainer, start_options(config), *sources.val, metrics);
     return 0;
@@ -211,7 +216,9 @@ int fail(const std::unique_ptr<ProcessGroup>& group, int code, const std::string
          spdlog::level::level_enum level) {
   const std::string where =
       group ? "rank " + std::to_string(group->rank()) + " (" + group->host() + "): " : "";
-  spdlog::log(level, "{}{}", where, message);
+  // A peer stuck on storage is the likely cause of a collective that failed here.
+  const std::string peers = code == 1 || code == 3 ? peers_stuck_on_storage() : "";
+  spdlog::log(level, "{}{}{}", where, message, peers.empty() ? "" : " (before it: " + peers + ")");
   if (group && group->size() > 1) group->abort_job(code);
   return code;
 }

@@ -4,11 +4,13 @@
 #include <filesystem>
 #include <fstream>
 
+#include "base/storage_calls.h"
 #include "base/user_error.h"
 
 namespace trainer {
 
 std::vector<ClassName> read_class_names(const std::string& path) {
+  const StorageCallScope call("reading", path);
   std::ifstream in(path);
   USER_CHECK(in, "cannot read the class names file '", path, "'");
   std::vector<ClassName> classes;

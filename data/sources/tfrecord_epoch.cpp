@@ -10,6 +10,7 @@
 
 #include "base/bounded_wait.h"
 #include "base/seed.h"
+#include "base/storage_calls.h"
 #include "base/user_error.h"
 #include "data/formats/tfrecord/file.h"
 
@@ -25,6 +26,7 @@ std::set<std::pair<std::string, int64_t>> logged;  // (file, offset) already war
 TFRecordEpoch::TFRecordEpoch(const EpochResources& resources, EpochWork work)
     : shared_(resources), options_(resources.options), work_(std::move(work)) {
   slots_.resize(work_.plan.size());
+  reading_since_.resize(options_.reader_threads);
   std::lock_guard<std::mutex> lock(mutex_);
   for (int r = 0; r < options_.reader_threads; ++r) start_thread([this, r] { read_chunks(r); });
   for (int w = 0; w < options_.decode_threads; ++w) start_thread([this] { decode_loop(); });
@@ -42,16 +44,23 @@ Batch TFRecordEpoch::next_batch() {
     return {at::empty({0, s, s, 3}, at::TensorOptions().dtype(at::kByte)), at::empty({0}, longs),
             at::empty({0}, longs)};
   }
-  bounded_wait(
-      batch_done_, lock,
-      [&] {
-        if (error_) return true;
-        auto it = batches_.find(index);
-        return it != batches_.end() && it->second.remaining == 0;
-      },
-      options_.wait_timeout,
-      detail::concat("batch ", index + 1, " of ", work_.batch_count, " (epoch ", work_.epoch + 1,
-                     ") from the input threads reading ", options_.files.front(), " ..."));
+  try {
+    bounded_wait(
+        batch_done_, lock,
+        [&] {
+          if (error_) return true;
+          auto it = batches_.find(index);
+          return it != batches_.end() && it->second.remaining == 0;
+        },
+        options_.wait_timeout,
+        detail::concat("batch ", index + 1, " of ", work_.batch_count, " (epoch ", work_.epoch + 1,
+                       ") from the input threads"));
+  } catch (const DeadlineExceeded& e) {  // the read it waits on, when one has not returned
+    const auto stuck = oldest_storage_call();
+    if (!stuck) throw;
+    throw DeadlineExceeded(std::string(e.what()) + ": " +
+                           describe_stuck(*stuck, std::chrono::steady_clock::now()));
+  }
   if (error_) std::rethrow_exception(error_);
   PendingBatch done = std::move(batches_[index]);
   batches_.erase(index);
@@ -72,8 +81,11 @@ int TFRecordEpoch::stop() {
     stop_ = true;
     slot_ready_.notify_all();
     window_moved_.notify_all();
-    if (!thread_ended_.wait_for(lock, kThreadEndTimeout, [&] { return running_ == 0; }))
-      blocked = running_;
+    // Polled: a read's age grows without a notification.
+    const auto deadline = std::chrono::steady_clock::now() + kThreadEndTimeout;
+    while (!only_stuck_readers_left() && std::chrono::steady_clock::now() < deadline)
+      thread_ended_.wait_for(lock, std::chrono::milliseconds(50));
+    blocked = running_;
   }
   // A reader blocked in a read that never returns (a hung network file system) would block a
   // join forever: its threads are left to the process's exit.
@@ -85,6 +97,14 @@ int TFRecordEpoch::stop() {
   }
   threads_.clear();
   return blocked;
+}
+
+bool TFRecordEpoch::only_stuck_readers_left() const {
+  const auto now = std::chrono::steady_clock::now();
+  int stuck = 0;
+  for (const auto& since : reading_since_)
+    if (since && now - *since > kStuckRead) ++stuck;
+  return running_ == stuck;
 }
 
 void TFRecordEpoch::fail(std::exception_ptr e) {
@@ -116,12 +136,14 @@ void TFRecordEpoch::read_chunks(int reader) {
         }
       }
       const std::string& path = options_.files[chunk.file];
+      reading(reader, true);
       if (!file || file->path() != path) {
         file = std::make_unique<ReadFile>(path);
         file->advise_sequential(chunk.begin, file->size() - chunk.begin);
       }
       buffer.resize(static_cast<size_t>(chunk.end - chunk.begin));
       const int64_t got = file->read_at(chunk.begin, buffer.data(), chunk.end - chunk.begin);
+      reading(reader, false);
       for (size_t m = 0; m < chunk.members.size(); ++m) {
         const IndexEntry& e = shared_.indexes[chunk.file][chunk.members[m].second];
         const int64_t at = e.offset - chunk.begin;
@@ -146,8 +168,17 @@ void TFRecordEpoch::read_chunks(int reader) {
     }
   } catch (...) {
     std::lock_guard<std::mutex> lock(mutex_);
+    reading_since_[reader].reset();
     fail(std::current_exception());
   }
+}
+
+void TFRecordEpoch::reading(int reader, bool in_read) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (in_read)
+    reading_since_[reader] = std::chrono::steady_clock::now();
+  else
+    reading_since_[reader].reset();
 }
 
 void TFRecordEpoch::record_bad(const Damage& damage) {

@@ -12,6 +12,7 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,6 +28,9 @@ namespace trainer {
 
 // How long stopping an epoch waits for its threads (they end within one decode once told).
 constexpr std::chrono::seconds kThreadEndTimeout{10};
+// A reader whose read has not returned for this long is not waited for when the epoch stops:
+// its file system does not answer (a run that ends for it ends at its deadline, not later).
+constexpr std::chrono::seconds kStuckRead{1};
 
 // Damage found in one record: where, and why.
 struct Damage {
@@ -109,9 +113,10 @@ class TFRecordEpoch {
   Batch next_batch();
   int64_t batches_left() const { return work_.batch_count - next_batch_; }
   int64_t bad_records() const;  // skipped in this epoch so far
-  // Tells the threads to end and waits for them up to kThreadEndTimeout. Returns 0 when all
-  // ended (and are joined); else how many are still blocked (a read that does not return): the
-  // threads are then detached, and this epoch, which they use, must outlive them.
+  // Tells the threads to end and waits for them up to kThreadEndTimeout, or only until those left
+  // are readers in a read of over kStuckRead. Returns 0 when all ended (and are joined); else how
+  // many are still blocked (a read that does not return): the threads are then detached, and
+  // this epoch, which they use, must outlive them.
   int stop();
 
  private:
@@ -134,6 +139,9 @@ class TFRecordEpoch {
   template <typename Work>
   void start_thread(Work work);
   void read_chunks(int reader);
+  void reading(int reader, bool in_read);  // notes a reader's open or read begun or ended
+  // Whether every thread still running is a reader in a read of over kStuckRead (`mutex_` held).
+  bool only_stuck_readers_left() const;
   void decode_loop();
   // Decodes plan position `p`'s record from its payload into `out` and `label_out`, without the
   // lock; returns its damage, whose reason is empty when it decoded.
@@ -159,6 +167,8 @@ class TFRecordEpoch {
   std::exception_ptr error_;
   std::vector<std::thread> threads_;
   int running_ = 0;  // threads not yet ended
+  // Per reader, when the open or read it is in began; empty while it is in none.
+  std::vector<std::optional<std::chrono::steady_clock::time_point>> reading_since_;
 };
 
 template <typename Work>

@@ -7,6 +7,7 @@
 
 #include "base/bounded_wait.h"
 #include "base/seed.h"
+#include "base/storage_calls.h"
 #include "base/user_error.h"
 #include "data/formats/tfrecord/file.h"
 #include "data/formats/tfrecord/record_layout.h"
@@ -91,10 +92,11 @@ void TFRecordSource::stop_epoch() {
     epoch_.reset();
     return;
   }
-  spdlog::warn(
-      "{} input thread(s) still blocked {} s after the epoch was stopped (a read of {} "
-      "that does not return?); leaving them",
-      blocked, kThreadEndTimeout.count(), options_.files.front());
+  const auto stuck = oldest_storage_call();
+  spdlog::warn("{} input thread(s) still blocked after the epoch was stopped ({}); leaving them",
+               blocked,
+               stuck ? describe_stuck(*stuck, std::chrono::steady_clock::now())
+                     : "a read that does not return?");
   epoch_.release();  // its threads still use it: left to the process's exit
 }
 

@@ -11,10 +11,16 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <random>
 #include <set>
+
+#include "base/storage_calls.h"
+#include "base/user_error.h"
 
 namespace trainer {
 namespace {
@@ -25,11 +31,22 @@ constexpr auto kBeatEvery = std::chrono::seconds(1);
 constexpr uint32_t kMagic = 0x564c4e52;  // "RNLV"
 constexpr uint32_t kAlive = 1, kLeaving = 2;
 
+// A rank's call into the data's file system that has not returned for this long is told to the
+// others in its beats, so that a rank whose collective then fails names it, not "another rank".
+constexpr auto kToldStall = std::chrono::seconds(5);
+
 struct Beat {
   uint32_t magic, token;
   int32_t rank;
   uint32_t kind;
+  uint32_t stalled_s;  // how long this rank's oldest storage call has not returned; 0: none
+  char stalled[236];   // that call (describe_call), cut to fit, 0-terminated
 };
+
+// What the peers last said of their stalled storage calls, by rank, kept past the Liveness
+// object: the error that ends a rank is logged after its part of the job has unwound.
+std::mutex stalls_mutex;
+std::map<int, std::pair<std::string, Clock::time_point>> stalls;
 
 // The IPv4 address this host sends from toward `peer` (a name or an address): a connected UDP
 // socket sends nothing, but the kernel picks its route and source. 0 when there is none.
@@ -150,8 +167,27 @@ Liveness::~Liveness() {
   ::close(socket_);
 }
 
+std::string peers_stuck_on_storage() {
+  std::lock_guard<std::mutex> lock(stalls_mutex);
+  std::string said;
+  for (const auto& [rank, stall] : stalls) {
+    // A peer whose last word was a stall is taken at it: one that recovers says so (0).
+    const auto ago =
+        std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - stall.second).count();
+    said += (said.empty() ? "" : "; ") + stall.first +
+            (ago > 2 ? " (its last word, " + std::to_string(ago) + " s ago)" : "");
+  }
+  return said;
+}
+
 void Liveness::send_all(uint32_t kind) {
-  const Beat beat{kMagic, token_, group_.rank(), kind};
+  Beat beat{kMagic, token_, group_.rank(), kind, 0, {}};
+  const auto now = Clock::now();
+  if (const auto stuck = oldest_storage_call(); stuck && now - stuck->since >= kToldStall) {
+    beat.stalled_s = static_cast<uint32_t>(
+        std::chrono::duration_cast<std::chrono::seconds>(now - stuck->since).count());
+    std::snprintf(beat.stalled, sizeof(beat.stalled), "%s", describe_call(*stuck).c_str());
+  }
   for (int r = 0; r < static_cast<int>(peers_.size()); ++r) {
     if (r == group_.rank() || peers_[r].left) continue;
     sockaddr_in to{};
@@ -166,13 +202,24 @@ void Liveness::send_all(uint32_t kind) {
 
 void Liveness::receive() {
   Beat beat{};
-  while (::recv(socket_, &beat, sizeof(beat), MSG_DONTWAIT) == sizeof(beat)) {
-    if (beat.magic != kMagic || beat.token != token_ || beat.rank < 0 ||
+  ssize_t got = 0;
+  while ((got = ::recv(socket_, &beat, sizeof(beat), MSG_DONTWAIT)) >= 0) {
+    if (got != sizeof(beat) || beat.magic != kMagic || beat.token != token_ || beat.rank < 0 ||
         beat.rank >= static_cast<int>(peers_.size()))
-      continue;
+      continue;  // another job's, or not a beat
     peers_[beat.rank].heard = Clock::now();
     peers_[beat.rank].spoke = true;
     if (beat.kind == kLeaving) peers_[beat.rank].left = true;
+    std::lock_guard<std::mutex> lock(stalls_mutex);
+    if (beat.stalled_s == 0) {
+      stalls.erase(beat.rank);
+      continue;
+    }
+    beat.stalled[sizeof(beat.stalled) - 1] = 0;
+    stalls[beat.rank] = {detail::concat("rank ", beat.rank, " (", group_.hosts()[beat.rank],
+                                        ") waits on storage: ", beat.stalled,
+                                        " has not returned for ", beat.stalled_s, " s"),
+                         Clock::now()};
   }
 }
 

@@ -19,6 +19,12 @@
 
 namespace trainer {
 
+// What the other ranks' last liveness messages said of their calls into the data's file system
+// that have not returned ("rank 1 (node-b) waits on storage: reading ... for 31 s", with how long
+// ago when not just now; several joined by "; "), or "" when none. Safe from any thread, also
+// once the Liveness is gone.
+std::string peers_stuck_on_storage();
+
 class Liveness {
  public:
   // Collective: every rank of `group` (launched, more than one) makes one. Binds a UDP socket on

@@ -3,6 +3,9 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <spdlog/spdlog.h>
 
+#include "base/stop_signal.h"
+#include "src/distributed/liveness.h"
+
 namespace trainer {
 
 // Note [One event per watched collective]
@@ -69,18 +72,40 @@ void Watchdog::poll() {
     spare_events_.push_back(std::move(events_.front().done));
     events_.pop_front();
   }
-  if (!events_.empty() && now - events_.front().since > timeout_) fire(events_.front());
-  if (host_ && now - host_->since > timeout_) fire(*host_);
+  const Watched* oldest = !events_.empty() ? &events_.front() : nullptr;
+  if (host_ && (!oldest || host_->since < oldest->since)) oldest = &*host_;
+  if (oldest && now - oldest->since > timeout_) fire(*oldest);
+  if (oldest && stop_requested()) {
+    if (!stop_since_) stop_since_ = now;
+    if (now - *stop_since_ > kStopInCollective && now - oldest->since > kStopInCollective)
+      fire_stopped(*oldest, now);
+  }
   group_.check_async_error();
 }
 
 void Watchdog::fire(const Watched& w) {
+  const std::string why = peers_stuck_on_storage();
   spdlog::critical(
-      "rank {} ({}): {} at step {} has not finished after {} s: another rank is gone, stuck or "
-      "unreachable. Ending the whole job. HINT: look for the first error in the other ranks' "
-      "logs; raise collective_timeout_s only if a step is legitimately that slow",
-      group_.rank(), group_.host(), w.what, w.step, timeout_.count());
+      "rank {} ({}): {} at step {} has not finished after {} s: {}. Ending the whole job. HINT: "
+      "{}; raise collective_timeout_s only if a step is legitimately that slow",
+      group_.rank(), group_.host(), w.what, w.step, timeout_.count(),
+      why.empty() ? "another rank is gone, stuck or unreachable" : why,
+      why.empty() ? "look for the first error in the other ranks' logs"
+                  : "check that host's mount of the data");
+  spdlog::default_logger()->flush();
   group_.abort_job(3);
+}
+
+void Watchdog::fire_stopped(const Watched& w, std::chrono::steady_clock::time_point now) {
+  const std::string why = peers_stuck_on_storage();
+  spdlog::warn(
+      "rank {} ({}): signal {} arrived while waiting in {} at step {}, which has not finished "
+      "for {} s: {}. Stopping the whole job without a checkpoint at this step",
+      group_.rank(), group_.host(), stop_signal_number(), w.what, w.step,
+      std::chrono::duration_cast<std::chrono::seconds>(now - w.since).count(),
+      why.empty() ? "another rank does not answer" : why);
+  spdlog::default_logger()->flush();
+  group_.abort_job(128 + stop_signal_number());
 }
 
 }  // namespace trainer

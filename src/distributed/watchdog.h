@@ -1,8 +1,9 @@
 // Collective timeouts. A thread watches every collective in flight (NCCL reductions on a CUDA
 // stream, and every blocking MPI call of the process group while it exists) and, when one has not
 // finished within the timeout, logs which rank, step and collective and ends the whole job, instead
-// of leaving it hung for 30 minutes. It also polls NCCL's asynchronous errors (a peer gone, the
-// network down).
+// of leaving it hung for 30 minutes. After a stop signal it ends a collective that still waits
+// kStopInCollective, so that SIGTERM ends a rank whose peer is stuck. It also polls NCCL's
+// asynchronous errors (a peer gone, the network down).
 #pragma once
 
 #include <ATen/cuda/CUDAEvent.h>
@@ -23,6 +24,11 @@
 #include "src/distributed/process_group.h"
 
 namespace trainer {
+
+// After a stop signal a collective that still waits this long ends the job: a healthy step and
+// stop vote finish well within it, and mpirun's daemons send SIGKILL 20 s after SIGTERM
+// (odls_base_sigkill_timeout, as the MPIJob sets it), which would end the rank without a word.
+constexpr std::chrono::seconds kStopInCollective{10};
 
 class Watchdog final : public CollectiveWatch {
  public:
@@ -48,6 +54,7 @@ class Watchdog final : public CollectiveWatch {
   void run();
   void poll();
   [[noreturn]] void fire(const Watched& w);
+  [[noreturn]] void fire_stopped(const Watched& w, std::chrono::steady_clock::time_point now);
 
   ProcessGroup& group_;
   std::chrono::seconds timeout_;
@@ -59,6 +66,7 @@ class Watchdog final : public CollectiveWatch {
   std::vector<std::unique_ptr<at::cuda::CUDAEvent>> spare_events_;
   std::optional<Watched> host_;
   bool stop_ = false;
+  std::optional<std::chrono::steady_clock::time_point> stop_since_;  // the stop signal seen
   std::thread thread_;
 };
 

@@ -14,6 +14,7 @@
 #include <iterator>
 #include <vector>
 
+#include "base/storage_calls.h"
 #include "base/user_error.h"
 #include "src/state/torch_pickle.h"
 
@@ -200,6 +201,7 @@ void save_checkpoint(const Checkpoint& checkpoint, const fs::path& path) {
 }
 
 Checkpoint load_checkpoint(const fs::path& path) {
+  const StorageCallScope call("reading", path.string());
   std::ifstream in(path, std::ios::binary);
   USER_CHECK(in, "cannot read checkpoint ", path, ": ", std::strerror(errno),
              ". Fix: check the path, or set resume = none to start afresh");
@@ -257,6 +259,7 @@ bool is_checkpoint_file_name(const fs::path& path) {
 std::vector<fs::path> list_checkpoints(const fs::path& dir) {
   std::vector<fs::path> out;
   std::error_code ec;
+  const StorageCallScope call("listing", dir.string());
   for (const auto& entry : fs::directory_iterator(dir, ec))
     if (entry.is_regular_file() && is_checkpoint_name(entry.path().filename().string()))
       out.push_back(entry.path());

@@ -10,11 +10,13 @@
 #include <cstring>
 #include <filesystem>
 
+#include "base/storage_calls.h"
 #include "base/user_error.h"
 
 namespace trainer {
 
 ReadFile::ReadFile(const std::string& path) : path_(path) {
+  const StorageCallScope call("opening", path);
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   USER_CHECK(fd_ >= 0, "cannot open TFRecord file '", path, "': ", std::strerror(errno),
              ". Fix: check the path and its permissions");
@@ -34,6 +36,7 @@ ReadFile::~ReadFile() {
 int64_t ReadFile::read_at(int64_t offset, void* out, int64_t size) const {
   auto* dst = static_cast<char*>(out);
   int64_t done = 0;
+  const StorageCallScope call("reading", path_, offset);
   while (done < size) {
     const ssize_t n = ::pread(fd_, dst + done, static_cast<size_t>(size - done), offset + done);
     if (n < 0 && errno == EINTR) continue;
@@ -71,6 +74,7 @@ std::vector<std::string> list_tfrecord_files(const std::string& pattern, const s
              "TFRecord files or a glob such as /fsx/imagenet/train-*");
   std::vector<std::string> files;
   std::error_code error;
+  const StorageCallScope call("listing", pattern);
   if (fs::is_directory(pattern, error)) {
     for (const auto& entry : fs::directory_iterator(pattern, error))
       if (entry.is_regular_file() && !is_beside_records(entry.path().string()) &&

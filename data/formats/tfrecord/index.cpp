@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "base/storage_calls.h"
 #include "base/user_error.h"
 #include "data/formats/tfrecord/crc32c.h"
 #include "data/formats/tfrecord/file.h"
@@ -91,6 +92,7 @@ ScanResult scan_tfrecord_file(const std::string& path, bool check_payload_crc) {
 }
 
 std::vector<IndexEntry> read_index_file(const std::string& path, int64_t most_entries) {
+  const StorageCallScope call("reading", path);
   std::ifstream in(path);
   USER_CHECK(in, "cannot read index file '", path, "'");
   std::vector<IndexEntry> entries;
@@ -112,6 +114,7 @@ std::vector<IndexEntry> read_index_file(const std::string& path, int64_t most_en
 
 bool write_index_file(const std::string& path, const std::vector<IndexEntry>& entries) {
   namespace fs = std::filesystem;
+  const StorageCallScope call("writing", path);
   const fs::path target(path);
   const std::string temporary = (target.parent_path() / ("." + target.filename().string() +
                                                          ".tmp." + std::to_string(::getpid())))
@@ -147,12 +150,17 @@ std::vector<IndexEntry> load_or_build_index(const std::string& data_path,
                                             std::vector<BadRecord>* bad) {
   namespace fs = std::filesystem;
   std::error_code error;
-  const int64_t file_size = static_cast<int64_t>(fs::file_size(data_path, error));
+  const int64_t file_size = [&] {
+    const StorageCallScope call("looking at", data_path);
+    return static_cast<int64_t>(fs::file_size(data_path, error));
+  }();
   USER_CHECK(!error, "cannot read TFRecord file '", data_path, "': ", error.message());
   const std::string beside = data_path + ".idx";
   const std::string cached = cache_dir.empty() ? "" : cached_index_path(data_path, cache_dir);
   for (const std::string& candidate : {beside, cached}) {
-    if (candidate.empty() || !fs::exists(candidate, error)) continue;
+    if (candidate.empty()) continue;
+    const StorageCallScope call("looking for", candidate);
+    if (!fs::exists(candidate, error)) continue;
     // A file of `file_size` bytes holds at most file_size / kRecordOverhead records: an index
     // longer than their lines, or with more entries, is not read through (and is rebuilt).
     const int64_t most_entries = file_size / kRecordOverhead;
@@ -165,14 +173,18 @@ std::vector<IndexEntry> load_or_build_index(const std::string& data_path,
   bad->insert(bad->end(), scan.bad.begin(), scan.bad.end());
   // An index of a damaged file would not be `consistent`; keep it in memory only.
   if (!scan.bad.empty()) return scan.entries;
-  if (::access(fs::path(data_path).parent_path().empty()
-                   ? "."
-                   : fs::path(data_path).parent_path().c_str(),
-               W_OK) == 0 &&
-      write_index_file(beside, scan.entries))
-    return scan.entries;
+  const fs::path parent = fs::path(data_path).parent_path();
+  const std::string folder = parent.empty() ? "." : parent.string();
+  const bool writable = [&] {
+    const StorageCallScope call("looking at", folder);
+    return ::access(folder.c_str(), W_OK) == 0;
+  }();
+  if (writable && write_index_file(beside, scan.entries)) return scan.entries;
   if (!cache_dir.empty()) {
-    fs::create_directories(cache_dir, error);
+    {
+      const StorageCallScope call("making", cache_dir);
+      fs::create_directories(cache_dir, error);
+    }
     write_index_file(cached, scan.entries);  // best effort: without it we rebuild next time
   }
   return scan.entries;
