@@ -59,15 +59,18 @@ void write_resolved_config(const Config& config, const std::string& resolved) {
 void report_benchmark(const BenchmarkResult& r, const Config& config, MetricsLog& metrics) {
   spdlog::info(
       "benchmark {} {} batch {}: {:.1f} images/s, step median {:.2f} ms, p90 {:.2f} ms "
-      "({} timed steps)",
+      "({} timed steps); a step's mean: forward and backward {:.2f} ms, gradient all-reduce past "
+      "backward {:.2f} ms",
       name_of(config.arch), name_of(config.precision), r.batch_size, r.images_per_s,
-      r.step_ms_median, r.step_ms_p90, r.steps);
+      r.step_ms_median, r.step_ms_p90, r.steps, r.times.compute_ms, r.times.allreduce_ms);
   metrics.write("benchmark", {{"arch", name_of(config.arch)},
                               {"precision", name_of(config.precision)},
                               {"batch_size", r.batch_size},
                               {"images_per_s", r.images_per_s},
                               {"step_ms_median", r.step_ms_median},
                               {"step_ms_p90", r.step_ms_p90},
+                              {"compute_ms", r.times.compute_ms},
+                              {"allreduce_ms", r.times.allreduce_ms},
                               {"steps", r.steps}});
 }
 

@@ -34,6 +34,7 @@ SERIAL_LANES = {
         "distributed/test_distributed_cli.py", "distributed/test_elastic.py", "run/test_faults.py",
         "tools/test_imagenet_convert.py", "deploy/test_eks_export.py",
         "deploy/test_eks_teardown.py", "distributed/test_lost_host.py",
+        "distributed/test_slow_host.py",
     },
 }
 SERIAL_MODULES = {module: lane for lane, modules in SERIAL_LANES.items() for module in modules}

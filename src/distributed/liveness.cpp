@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -35,13 +36,31 @@ constexpr uint32_t kAlive = 1, kLeaving = 2;
 // others in its beats, so that a rank whose collective then fails names it, not "another rank".
 constexpr auto kToldStall = std::chrono::seconds(5);
 
+// Note [A link's round trip]
+// Each beat to a peer echoes the send time of the last beat heard from it and how long ago that
+// was, so the peer learns the round trip without the two clocks agreeing (as NTP does). A host
+// whose link is slow (a capped or lossy link, a queue behind the all-reduce's traffic) is slow to
+// every peer; a healthy one has a fast round trip to some peer. So a rank's link figure is its
+// fastest round trip to a rank on another host, smoothed over beats.
 struct Beat {
   uint32_t magic, token;
   int32_t rank;
   uint32_t kind;
   uint32_t stalled_s;  // how long this rank's oldest storage call has not returned; 0: none
-  char stalled[236];   // that call (describe_call), cut to fit, 0-terminated
+  uint32_t padding = 0;
+  int64_t sent_us;    // this beat's send time, on the sender's steady clock
+  int64_t echo_us;    // the sent_us of the last beat the sender heard from the receiver; 0: none
+  int64_t held_us;    // how long before this send the sender heard that beat
+  char stalled[208];  // the stalled call (describe_call), cut to fit, 0-terminated
 };
+static_assert(sizeof(Beat) == 256, "every rank's beat has one size");
+
+int64_t micros(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+}
+
+// This rank's link figure (Note [A link's round trip]), ms; NaN before the first round trip.
+std::atomic<double> fastest_round_trip_ms{std::nan("")};
 
 // What the peers last said of their stalled storage calls, by rank, kept past the Liveness
 // object: the error that ends a rank is logged after its part of the job has unwound.
@@ -167,6 +186,8 @@ Liveness::~Liveness() {
   ::close(socket_);
 }
 
+double link_round_trip_ms() { return fastest_round_trip_ms.load(); }
+
 std::string peers_stuck_on_storage() {
   std::lock_guard<std::mutex> lock(stalls_mutex);
   std::string said;
@@ -181,8 +202,13 @@ std::string peers_stuck_on_storage() {
 }
 
 void Liveness::send_all(uint32_t kind) {
-  Beat beat{kMagic, token_, group_.rank(), kind, 0, {}};
+  Beat beat{};
+  beat.magic = kMagic;
+  beat.token = token_;
+  beat.rank = group_.rank();
+  beat.kind = kind;
   const auto now = Clock::now();
+  beat.sent_us = micros(now);
   if (const auto stuck = oldest_storage_call(); stuck && now - stuck->since >= kToldStall) {
     beat.stalled_s = static_cast<uint32_t>(
         std::chrono::duration_cast<std::chrono::seconds>(now - stuck->since).count());
@@ -194,6 +220,8 @@ void Liveness::send_all(uint32_t kind) {
     to.sin_family = AF_INET;
     to.sin_addr.s_addr = peers_[r].address;
     to.sin_port = peers_[r].port;
+    beat.echo_us = peers_[r].their_sent_us;
+    beat.held_us = beat.echo_us ? micros(now) - micros(peers_[r].their_beat_heard) : 0;
     // Never blocks (a full buffer drops the datagram, as a lossy network would).
     ::sendto(socket_, &beat, sizeof(beat), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&to),
              sizeof(to));
@@ -207,8 +235,12 @@ void Liveness::receive() {
     if (got != sizeof(beat) || beat.magic != kMagic || beat.token != token_ || beat.rank < 0 ||
         beat.rank >= static_cast<int>(peers_.size()))
       continue;  // another job's, or not a beat
-    peers_[beat.rank].heard = Clock::now();
-    peers_[beat.rank].spoke = true;
+    Peer& peer = peers_[beat.rank];
+    peer.heard = Clock::now();
+    peer.spoke = true;
+    peer.their_sent_us = beat.sent_us;
+    peer.their_beat_heard = peer.heard;
+    if (beat.echo_us > 0) add_round_trip(peer, micros(peer.heard) - beat.echo_us - beat.held_us);
     if (beat.kind == kLeaving) peers_[beat.rank].left = true;
     std::lock_guard<std::mutex> lock(stalls_mutex);
     if (beat.stalled_s == 0) {
@@ -221,6 +253,18 @@ void Liveness::receive() {
                                         " has not returned for ", beat.stalled_s, " s"),
                          Clock::now()};
   }
+}
+
+void Liveness::add_round_trip(Peer& peer, int64_t round_trip_us) {
+  if (round_trip_us < 0) return;  // a reordered datagram
+  const double ms = static_cast<double>(round_trip_us) / 1000;
+  peer.round_trip_ms = std::isnan(peer.round_trip_ms) ? ms : 0.7 * peer.round_trip_ms + 0.3 * ms;
+  double fastest = std::nan("");
+  for (int r = 0; r < static_cast<int>(peers_.size()); ++r)
+    if (const double ms = peers_[r].round_trip_ms;
+        group_.hosts()[r] != group_.host() && (std::isnan(fastest) || ms < fastest))
+      fastest = ms;
+  fastest_round_trip_ms = fastest;
 }
 
 void Liveness::run() {

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <thread>
@@ -25,6 +26,11 @@ namespace trainer {
 // once the Liveness is gone.
 std::string peers_stuck_on_storage();
 
+// This rank's fastest round trip to a rank on another host, smoothed, ms (Note [A link's round
+// trip], liveness.cpp): high only where this host's own link is slow. NaN without liveness
+// messages or before the first round trip. Safe from any thread.
+double link_round_trip_ms();
+
 class Liveness {
  public:
   // Collective: every rank of `group` (launched, more than one) makes one. Binds a UDP socket on
@@ -39,12 +45,16 @@ class Liveness {
     uint32_t address = 0;  // IPv4, network order
     uint16_t port = 0;     // network order
     std::chrono::steady_clock::time_point heard;
-    bool left = false;   // said it was leaving: its silence is not a loss
-    bool spoke = false;  // has been heard at least once: only then can its silence be judged
+    bool left = false;          // said it was leaving: its silence is not a loss
+    bool spoke = false;         // has been heard at least once: only then can its silence be judged
+    int64_t their_sent_us = 0;  // the send time its last beat carried, echoed back to it
+    std::chrono::steady_clock::time_point their_beat_heard;  // when that beat came
+    double round_trip_ms = std::nan("");                     // smoothed; NaN until the first echo
   };
   void run();
   void send_all(uint32_t kind);
   void receive();
+  void add_round_trip(Peer& peer, int64_t round_trip_us);
   void judge(std::chrono::steady_clock::time_point now);
   void tell_unheard();
   [[noreturn]] void lost(const std::vector<int>& silent, bool one_other_host);

@@ -8,7 +8,24 @@
 #include <numeric>
 #include <vector>
 
+#include "src/distributed/liveness.h"
+#include "src/report/slow_rank.h"
+
 namespace trainer {
+namespace {
+
+// "1.0-350.2 ms" over the figures that are numbers, or "-" when none is.
+std::string range_ms(const std::vector<double>& values) {
+  double lo = INFINITY, hi = -INFINITY;
+  for (double v : values) {
+    if (std::isnan(v)) continue;
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  return lo > hi ? "-" : fmt::format("{:.1f}-{:.1f} ms", lo, hi);
+}
+
+}  // namespace
 
 IntervalLog::IntervalLog(const IntervalLogOptions& options, at::Device device)
     : options_(options), loss_sum_(at::zeros({}, at::TensorOptions().device(device))) {
@@ -31,7 +48,7 @@ void IntervalLog::reset() {
   start_ = std::chrono::steady_clock::now();
 }
 
-double IntervalLog::flush(const Trainer& trainer, const BatchSource& train, const Position& at,
+double IntervalLog::flush(Trainer& trainer, const BatchSource& train, const Position& at,
                           MetricsLog& metrics) {
   const RankSpread spread = rank_spread(trainer, at.step, metrics);
   double loss_sum = loss_sum_.item<double>();
@@ -74,30 +91,46 @@ double IntervalLog::flush(const Trainer& trainer, const BatchSource& train, cons
   return loss;
 }
 
-// Each rank's compute time (forward + backward of its last step) and input wait per step,
-// gathered on every rank; over several ranks the slowest is named (stragglers cost scaling).
-IntervalLog::RankSpread IntervalLog::rank_spread(const Trainer& trainer, int64_t step,
+// Where each rank's steps of the interval went (input wait, compute, all-reduce, its link's round
+// trip), means per step gathered on every rank; over several ranks the one holding the step back is
+// named with what holds it (src/report/slow_rank.h), and each rank's figures go to metrics.jsonl as
+// a "rank" event, to TensorBoard as rank_<R>/..., so that an operator sees which node to drain.
+IntervalLog::RankSpread IntervalLog::rank_spread(Trainer& trainer, int64_t step,
                                                  MetricsLog& metrics) const {
   const double wait = data_wait_ms_ / std::max<int64_t>(steps_, 1);
+  const StepTimes mine = trainer.take_step_times();  // the interval's, on every rank
   ProcessGroup* group = trainer.group();
   if (!group || group->size() == 1) return {wait, 0};
-  std::vector<double> compute = group->allgather(trainer.last_step_compute_ms());
-  std::vector<double> waits = group->allgather(wait);
-  int slowest = 0;
-  for (int r = 1; r < group->size(); ++r)
-    if (compute[r] + waits[r] > compute[slowest] + waits[slowest]) slowest = r;
+  const std::vector<double> compute = group->allgather(mine.compute_ms);
+  const std::vector<double> waits = group->allgather(wait);
+  const std::vector<double> allreduce = group->allgather(mine.allreduce_ms);
+  const std::vector<double> link = group->allgather(link_round_trip_ms());
+  std::vector<RankTimes> ranks(group->size());
+  for (int r = 0; r < group->size(); ++r) ranks[r] = {waits[r], compute[r], allreduce[r], link[r]};
+  const SlowRank slow = find_slow_rank(ranks);
   const auto [lo, hi] = std::minmax_element(compute.begin(), compute.end());
   const double longest_wait = *std::max_element(waits.begin(), waits.end());
   spdlog::info(
-      "step {} ranks: compute {:.1f}-{:.1f} ms, input wait up to {:.1f} ms; slowest "
-      "rank {} ({}): {:.1f} ms compute + {:.1f} ms input wait",
-      step, *lo, *hi, longest_wait, slowest, group->hosts()[slowest], compute[slowest],
-      waits[slowest]);
+      "step {} ranks: compute {:.1f}-{:.1f} ms, input wait up to {:.1f} ms, all-reduce {}, "
+      "link {}; {}",
+      step, *lo, *hi, longest_wait, range_ms(allreduce), range_ms(link),
+      describe_slow_rank(slow, ranks, group->hosts()));
   metrics.write("ranks", {{"step", step},
                           {"compute_ms_min", *lo},
                           {"compute_ms_max", *hi},
-                          {"slowest_rank", int64_t{slowest}},
-                          {"slowest_host", group->hosts()[slowest]}});
+                          {"slowest_rank", int64_t{slow.rank}},
+                          {"slowest_host", group->hosts()[slow.rank]},
+                          {"held_by", std::string(held_by_name(slow.held_by))}});
+  for (int r = 0; r < group->size(); ++r) {
+    MetricsLog::Fields fields{{"step", step},
+                              {"rank", int64_t{r}},
+                              {"host", group->hosts()[r]},
+                              {"input_wait_ms", waits[r]},
+                              {"compute_ms", compute[r]}};
+    if (!std::isnan(allreduce[r])) fields.emplace_back("allreduce_ms", allreduce[r]);
+    if (!std::isnan(link[r])) fields.emplace_back("link_ms", link[r]);
+    metrics.write("rank", fields);
+  }
   return {longest_wait, *hi - *lo};
 }
 

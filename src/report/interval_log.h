@@ -1,6 +1,7 @@
 // What the training loop reports every log interval, to the log, metrics.jsonl and TensorBoard:
 // the loss over every rank's images, images/s, the learning rate and loss scale, the input wait
-// per step and, over several ranks, the spread of compute time with the slowest rank named;
+// per step and, over several ranks, each rank's input wait, compute, all-reduce and link with
+// the rank that holds the step back named, and what holds it;
 // steps skipped for overflow and bad records so far; the epoch's progress and the time left for
 // the run at the current speed. Losses accumulate on the device and are read once per interval.
 #pragma once
@@ -40,16 +41,16 @@ class IntervalLog {
   };
   // Collective: reads the device (the loop's only host sync), gathers over the ranks and writes
   // the log line and metrics. Returns the interval's mean loss.
-  double flush(const Trainer& trainer, const BatchSource& train, const Position& at,
-               MetricsLog& metrics);
+  double flush(Trainer& trainer, const BatchSource& train, const Position& at, MetricsLog& metrics);
 
  private:
-  // Per step, over the ranks: the longest input wait, and max - min of compute time.
+  // Per step, over the ranks: the longest input wait, and max - min of compute time. Also
+  // logs and writes each rank's figures and the rank that holds the step back.
   struct RankSpread {
     double input_wait_ms = 0;
     double compute_spread_ms = 0;
   };
-  RankSpread rank_spread(const Trainer& trainer, int64_t step, MetricsLog& metrics) const;
+  RankSpread rank_spread(Trainer& trainer, int64_t step, MetricsLog& metrics) const;
   void reset();
 
   const IntervalLogOptions options_;

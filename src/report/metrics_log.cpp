@@ -63,14 +63,18 @@ void MetricsLog::write(const std::string& event, const Fields& fields) {
 
 void MetricsLog::mirror(const std::string& event, const Fields& fields) {
   int64_t step = 0;
-  for (const auto& [key, value] : fields)
-    if (key == "step") step = std::get<int64_t>(value);
+  std::string tag = event;
   for (const auto& [key, value] : fields) {
-    if (key == "step") continue;
+    if (key == "step") step = std::get<int64_t>(value);
+    if (key == "rank" && std::holds_alternative<int64_t>(value))  // a rank's own curves
+      tag = event + "_" + std::to_string(std::get<int64_t>(value));
+  }
+  for (const auto& [key, value] : fields) {
+    if (key == "step" || (tag != event && key == "rank")) continue;
     if (auto* i = std::get_if<int64_t>(&value))
-      tensorboard_->scalar(event + "/" + key, step, static_cast<double>(*i));
+      tensorboard_->scalar(tag + "/" + key, step, static_cast<double>(*i));
     else if (auto* d = std::get_if<double>(&value))
-      tensorboard_->scalar(event + "/" + key, step, *d);
+      tensorboard_->scalar(tag + "/" + key, step, *d);
   }
 }
 

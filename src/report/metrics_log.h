@@ -1,7 +1,8 @@
 // A run's outputs for machines: a JSON-lines metrics file, one object per event (train interval,
 // evaluation, benchmark, start-up), flushed as written so a crash loses nothing already logged;
 // and, when asked for, TensorBoard event files that mirror every numeric field of every event as
-// the scalar `<event>/<field>` at the event's step, plus the images and texts written to
+// the scalar `<event>/<field>` at the event's step (`<event>_<R>/<field>` for an event of one
+// rank, which has an integer "rank" field R), plus the images and texts written to
 // tensorboard().
 #pragma once
 

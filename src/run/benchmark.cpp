@@ -61,6 +61,7 @@ BenchmarkResult run_benchmark(Trainer& trainer, BatchSource& source,
     sink = trainer.train_step(source.next_batch(), lr);
   };
   for (int64_t i = 0; i < options.warmup_steps; ++i) step();  // cuDNN autotuning too
+  trainer.take_step_times();                                   // the warm-up's, dropped
 
   std::vector<double> ms = trainer.device().is_cuda()
                                ? time_steps_cuda(step, options.steps, trainer.device())
@@ -72,6 +73,7 @@ BenchmarkResult run_benchmark(Trainer& trainer, BatchSource& source,
   r.images_per_s = r.steps * r.batch_size / (total_ms / 1000.0);
   r.step_ms_median = percentile(ms, 0.5);
   r.step_ms_p90 = percentile(ms, 0.9);
+  r.times = trainer.take_step_times();
   return r;
 }
 

@@ -15,6 +15,7 @@ struct BenchmarkResult {
   double images_per_s = 0;  // per GPU, over the timed steps
   double step_ms_median = 0;
   double step_ms_p90 = 0;
+  StepTimes times;  // where the timed steps went, means (the gradient all-reduce past backward)
 };
 
 struct BenchmarkOptions {

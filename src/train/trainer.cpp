@@ -2,7 +2,6 @@
 
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAStream.h>
-#include <cuda_runtime_api.h>
 #include <spdlog/spdlog.h>
 #include <torch/utils.h>
 
@@ -90,6 +89,7 @@ Trainer::Trainer(const TrainerOptions& options, c10::Device device, ProcessGroup
       scaler_(options.scaler, device),
       loss_(options.loss),
       mixing_(options.mixing),
+      step_timer_(device),
       profiler_(options.profile, device, group ? group->rank() : 0) {
   model_->to(device);
   if (memory_format_ == c10::MemoryFormat::ChannelsLast) to_channels_last(model_);
@@ -125,10 +125,6 @@ Trainer::Trainer(const TrainerOptions& options, c10::Device device, ProcessGroup
     if (memory_format_ == c10::MemoryFormat::ChannelsLast) to_channels_last(average);
     ema_ = std::make_unique<WeightAverage>(model_, std::move(average), options.ema_decay,
                                            options.ema_every_steps, options.ema_buffers);
-  }
-  if (device.is_cuda()) {
-    step_start_.emplace(cudaEventDefault);
-    step_backward_done_.emplace(cudaEventDefault);
   }
   set_training_mode();
 }
@@ -206,12 +202,6 @@ void Trainer::sync_buffers() {
       ema_ ? ema_->rank_local_buffers() : std::vector<at::Tensor>{};
   if (!averaged.empty())
     broadcast_from_rank0(averaged, *group_, "the broadcast of rank 0's averaged BN statistics");
-}
-
-double Trainer::last_step_compute_ms() const {
-  if (!step_backward_done_) return last_step_host_ms_;
-  step_backward_done_->synchronize();
-  return step_start_->elapsed_time(*step_backward_done_);
 }
 
 Checkpoint Trainer::checkpoint(const Progress& progress) const {

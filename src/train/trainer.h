@@ -29,6 +29,7 @@
 #include "src/train/optimizer.h"
 #include "src/train/step_graph.h"
 #include "src/train/step_profile.h"
+#include "src/train/step_timer.h"
 #include "src/train/weight_average.h"
 
 namespace trainer {
@@ -118,9 +119,9 @@ class Trainer {
   // own batches), the EMA's averaged ones too, so evaluation and checkpoints use one model.
   // Collective.
   void sync_buffers();
-  // Forward + backward time of the last step on this rank, ms (reads the device: log intervals);
-  // a step replayed from the CUDA graph counts its all-reduce and update too.
-  double last_step_compute_ms() const;
+  // Where this rank's steps went since the last call, means per step (reads the device: log
+  // intervals only).
+  StepTimes take_step_times() { return step_timer_.take(); }
   GradientReducer* reducer() { return reducer_.get(); }
   ProcessGroup* group() const { return group_; }
   bool is_rank0() const { return !group_ || group_->rank() == 0; }
@@ -174,8 +175,6 @@ class Trainer {
   MicroBatch on_device(const Batch& batch, int64_t index, int64_t step_images);
   // Forward and scaled backward of a non-empty micro-batch; returns its mean loss (detached).
   at::Tensor forward_backward(const MicroBatch& micro);
-  // The end of this rank's backward, for last_step_compute_ms; not while a graph records.
-  void mark_backward_done();
   // The update from the averaged gradients: unscaled, the optimizer's step (skipped on the device
   // when they overflowed) and the loss scale's.
   void update_weights();
@@ -206,10 +205,7 @@ class Trainer {
   std::unique_ptr<StepGraph> graph_;  // with cuda_graph on the GPU, steps of one micro-batch
   std::deque<at::cuda::CUDAEvent> steps_on_device_;  // the last steps' ends (limit_lead)
   std::unique_ptr<WeightAverage> ema_;               // with ema_decay or ema_half_life_images set
-  // Start of forward / end of backward of the last step: compute time per rank, for stragglers.
-  std::optional<at::cuda::CUDAEvent> step_start_, step_backward_done_;
-  double last_step_host_ms_ = 0;  // the same on the CPU, where steps run synchronously
-  std::chrono::steady_clock::time_point step_host_start_;
+  StepTimer step_timer_;                             // where each rank's steps go, for stragglers
   int64_t step_ = 0;  // steps taken, resumed ones included (named by timeouts)
   StepProfiler profiler_;
   std::optional<StepPhase> step_phase_;  // "step N", from begin_step to end_step

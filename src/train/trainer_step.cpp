@@ -1,7 +1,6 @@
 // The training step (Note [The training step]): Trainer::step and the parts it runs, eagerly or
 // as the CUDA graph records them.
 #include <ATen/ATen.h>
-#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
@@ -40,7 +39,12 @@ at::Tensor Trainer::step(const StepInputs& inputs, const std::function<Batch()>&
   begin_step(inputs.lr);
   int64_t rows = 0, index = 0;
   const NextMicroBatch next = [&] {
-    MicroBatch micro = on_device(next_batch(), index++, inputs.step_images);
+    const auto wait_start = std::chrono::steady_clock::now();
+    Batch batch = next_batch();
+    step_timer_.add_input_wait(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wait_start)
+            .count());
+    MicroBatch micro = on_device(batch, index++, inputs.step_images);
     rows += micro.rows;
     return micro;
   };
@@ -59,12 +63,11 @@ at::Tensor Trainer::train_step(const Batch& batch, double lr, int64_t step_image
 }
 
 void Trainer::begin_step(double lr) {
-  step_host_start_ = std::chrono::steady_clock::now();
   ++step_;
   profiler_.before_step(step_);
   step_phase_.emplace("step " + std::to_string(step_));
   if (CollectiveWatch* watchdog = group_ ? group_->watchdog() : nullptr) watchdog->set_step(step_);
-  if (step_start_) step_start_->record();
+  step_timer_.begin();
   if (reducer_) reducer_->prepare_step();
   optimizer_->set_lr(lr);  // before the step's graph, which reads it
 }
@@ -90,10 +93,11 @@ at::Tensor Trainer::step_body(int64_t micro_batches, const NextMicroBatch& next)
     if (reducer_) reducer_->set_accumulating(i + 1 < micro_batches);
     if (micro.rows > 0) loss_sum += forward_backward(micro) * static_cast<double>(micro.rows);
   }
-  mark_backward_done();
+  step_timer_.backward_done();
   if (reducer_) {
     const StepPhase phase("gradient all-reduce");
     reducer_->finish_step();
+    step_timer_.reduced();
   }
   update_weights();
   return loss_sum;
@@ -115,8 +119,8 @@ at::Tensor Trainer::step_with_graph(const NextMicroBatch& next) {
                   [&](const at::Tensor& images, const at::Tensor& targets) {
                     return step_body(1, [&] { return MicroBatch{images, targets, micro.rows}; });
                   });
-  if (graph_->replays() == replays) return loss_sum;       // an eager warm-up step
-  if (step_backward_done_) step_backward_done_->record();  // after the replay's update
+  if (graph_->replays() == replays) return loss_sum;  // an eager warm-up step
+  step_timer_.replayed();                             // after the replay's update
   CollectiveWatch* watchdog = group_ ? group_->watchdog() : nullptr;
   if (reducer_ && watchdog)  // its all-reduces, in the replay
     watchdog->watch_stream("the step's CUDA graph (forward, backward, gradient all-reduce, update)",
@@ -136,16 +140,6 @@ at::Tensor Trainer::forward_backward(const MicroBatch& micro) {
   const double weight = micro.weight * options_.grad_scale;
   scaler_.scale(weight == 1.0 ? loss : loss * weight).backward();
   return loss.detach();
-}
-
-void Trainer::mark_backward_done() {
-  last_step_host_ms_ =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_host_start_)
-          .count();
-  // A graph being recorded cannot time its events: a replay's end is taken after it.
-  if (step_backward_done_ &&
-      c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None)
-    step_backward_done_->record();
 }
 
 void Trainer::update_weights() {

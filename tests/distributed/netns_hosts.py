@@ -4,7 +4,8 @@ namespace, so that nothing here touches the machine's own network. Each process 
 host also gets a UTS namespace named after it, so the job's logs name the hosts as a cluster's
 would, and `ip netns exec`'s /etc/netns/HOST/hosts makes every host's name resolve on every
 other. Faults are made at the bridge, as a node whose network dies looks to the others: frames
-to and from a host dropped silently (ebtables: no RST, no ICMP), or its link down.
+to and from a host dropped silently (ebtables: no RST, no ICMP), or its link down; or a host's
+link capped (tc's token bucket, both ways).
 """
 import os
 import shutil
@@ -24,7 +25,7 @@ def missing_tools():
     """Why the hosts cannot be made here, or None."""
     if os.geteuid() != 0:
         return "hosts of network namespaces need root (CI runs as root)"
-    for tool in ("ip", "ebtables", "unshare", "hostname"):
+    for tool in ("ip", "ebtables", "tc", "unshare", "hostname"):
         if not shutil.which(tool):
             return f"no {tool} here: run scripts/setup.sh, which installs it"
     return None
@@ -110,10 +111,34 @@ class Hosts:
     def link_down(self, host):
         self._in_bridge("ip", "link", "set", self.port[host], "down")
 
+    def cap(self, host, rate):
+        """Caps `host`'s link both ways at `rate` (tc's units: "200mbit"), with a queue of up to
+        100 ms: a slow or shared NIC, where the all-reduce's bursts wait in line."""
+        shape = ["root", "tbf", "rate", rate, "burst", "64kb", "latency", "100ms"]
+        self._in_bridge("tc", "qdisc", "replace", "dev", self.port[host], *shape)  # toward it
+        subprocess.run(["ip", "netns", "exec", host, "tc", "qdisc", "replace", "dev", "eth0",
+                        *shape], capture_output=True, text=True, timeout=30, check=True)
+
+    def pids(self, host, name):
+        """The processes named `name` (their comm) running on `host`."""
+        listed = _ip("netns", "pids", host).stdout.split()
+        found = []
+        for pid in listed:
+            try:
+                if Path(f"/proc/{pid}/comm").read_text().strip() == name:
+                    found.append(int(pid))
+            except FileNotFoundError:
+                continue
+        return found
+
     def heal(self):
         self._in_bridge("ebtables", "-F", "FORWARD")
         for host in self.names:
             self._in_bridge("ip", "link", "set", self.port[host], "up")
+            subprocess.run(["ip", "netns", "exec", self.bridge, "tc", "qdisc", "del", "dev",
+                            self.port[host], "root"], capture_output=True, timeout=30)
+            subprocess.run(["ip", "netns", "exec", host, "tc", "qdisc", "del", "dev", "eth0",
+                            "root"], capture_output=True, timeout=30)
 
 
 @pytest.fixture
