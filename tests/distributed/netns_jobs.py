@@ -102,12 +102,12 @@ class Job:
             assert time.monotonic() < deadline, f"no checkpoint {step} after {START_S} s"
             time.sleep(0.2)
 
-    def wait_line(self, text, within):
-        """The first line of the job's log that holds `text`; fails past `within` seconds or when
-        the job ends first."""
+    def wait_line(self, text, within, since=0):
+        """The first line of the job's log past offset `since` that holds `text`; fails past
+        `within` seconds or when the job ends first."""
         deadline = time.monotonic() + within
         while True:
-            found = [line for line in self.text().splitlines() if text in line]
+            found = [line for line in self.text()[since:].splitlines() if text in line]
             if found:
                 return found[0]
             assert self.proc.poll() is None, (
