@@ -153,7 +153,10 @@ struct JobGuards {
   std::optional<Liveness> liveness;
 };
 
-int run(int argc, char** argv, std::unique_ptr<ProcessGroup>& group) {
+// `group` and `guards` outlive run(), so that an error it throws is logged and told to the other
+// ranks (fail below) while they still stand.
+int run(int argc, char** argv, std::unique_ptr<ProcessGroup>& group,
+        std::optional<JobGuards>& guards) {
   std::optional<CommandLine> line = parse_command_line(argc, argv);
   if (!line) return 0;  // --help
   if (line->plan_world_size != 0) {
@@ -168,7 +171,7 @@ int run(int argc, char** argv, std::unique_ptr<ProcessGroup>& group) {
   check_device_supports(config, device, group->launched());
   limit_gpu_memory(device, config.gpu_memory_gib);
   at::globalContext().setBenchmarkCuDNN(config.cudnn_benchmark);
-  JobGuards guards(*group, env, config, device);
+  guards.emplace(*group, env, config, device);
   log_world(*group, device, group->init_nccl(device));
   TrainerOptions trainer_setup = trainer_options(config);
   spdlog::info("resolved configuration:\n{}", trainer_setup.resolved_config);
@@ -190,7 +193,7 @@ int run(int argc, char** argv, std::unique_ptr<ProcessGroup>& group) {
       "indexes beside the data once with index-tfrecords)");
   Sources sources = make_sources(config, device, group->rank(), group->local_size());
   Trainer trainer(trainer_setup, device, group.get());
-  guards.storage.start_up_done();
+  guards->storage.start_up_done();
   if (config.evaluate_only) {
     evaluate_only(trainer, start_options(config), *sources.val, metrics);
     return 0;
@@ -213,16 +216,35 @@ int run(int argc, char** argv, std::unique_ptr<ProcessGroup>& group) {
   return 0;
 }
 
-// Logs the error with its rank and host and, under mpirun, ends every rank of the job (MPI_Abort,
-// NCCL abort) so that none is left waiting in a collective.
-int fail(const std::unique_ptr<ProcessGroup>& group, int code, const std::string& message,
-         spdlog::level::level_enum level) {
+// Logs the error with its rank and host, tells the other ranks (Note [A last word],
+// src/distributed/liveness.cpp) and, under mpirun, ends every rank of the job (MPI_Abort, NCCL
+// abort) so that none is left waiting in a collective.
+int fail(const std::unique_ptr<ProcessGroup>& group, std::optional<JobGuards>& guards, int code,
+         std::string message, spdlog::level::level_enum level) {
   const std::string where =
       group ? "rank " + std::to_string(group->rank()) + " (" + group->host() + "): " : "";
   // A peer stuck on storage is the likely cause of a collective that failed here.
   const std::string peers = code == 1 || code == 3 ? peers_stuck_on_storage() : "";
+  // A library's error after a stop signal: a rank that stopped first closed its connections
+  // (Gloo's "Connection closed by peer"). The stop, not a fault, ends this rank.
+  if (code == 1 && stop_requested()) {
+    code = 128 + stop_signal_number();
+    level = spdlog::level::warn;
+    message = "signal " + std::to_string(stop_signal_number()) +
+              " arrived, and a collective then failed as another rank stopped first (" + message +
+              ")";
+  }
   spdlog::log(level, "{}{}{}", where, message, peers.empty() ? "" : " (before it: " + peers + ")");
-  if (group && group->size() > 1) group->abort_job(code);
+  spdlog::default_logger()->flush();
+  // A stop signal reaches every rank, and each stops by itself (a rank may still be writing its
+  // checkpoint): this one only leaves (the guards' end says so); any other end is told as a fault.
+  bool told = false;
+  if (code > 128) {
+    guards.reset();
+  } else {
+    told = tell_peers_this_rank_ends(message.substr(0, message.find('\n')), code, false);
+  }
+  if (group && group->size() > 1) group->abort_job(code, told);
   return code;
 }
 
@@ -231,31 +253,34 @@ int fail(const std::unique_ptr<ProcessGroup>& group, int code, const std::string
 
 int main(int argc, char** argv) {
   std::unique_ptr<trainer::ProcessGroup> group;  // outlives run(): the handlers below abort it
+  std::optional<trainer::JobGuards> guards;      // destroyed first, as run()'s locals were
   try {
-    return trainer::run(argc, argv, group);
+    return trainer::run(argc, argv, group, guards);
   } catch (const trainer::UserError& e) {
-    return trainer::fail(group, 2, e.what(), spdlog::level::err);
+    return trainer::fail(group, guards, 2, e.what(), spdlog::level::err);
   } catch (const trainer::StopRequested& e) {  // stopped while waiting, without a checkpoint
-    return trainer::fail(group, 128 + trainer::stop_signal_number(), e.what(), spdlog::level::warn);
+    return trainer::fail(group, guards, 128 + trainer::stop_signal_number(), e.what(),
+                         spdlog::level::warn);
   } catch (const trainer::DeadlineExceeded& e) {
-    return trainer::fail(group, 3,
+    return trainer::fail(group, guards, 3,
                          std::string(e.what()) +
                              ". HINT: a read of the data that does not return (storage) or "
                              "decoding too slow for the deadline (raise collective_timeout_s)",
                          spdlog::level::critical);
   } catch (const c10::OutOfMemoryError& e) {  // the run's settings, not a fault: a user error
     return trainer::fail(
-        group, 2,
+        group, guards, 2,
         std::string("the GPU has not the memory this run needs: ") + e.what_without_backtrace() +
             "\nFix: a smaller batch_size with global_batch kept (micro-batches make the same "
             "step), cuda_graph = false, smaller images (image_size, val_image_size), or a card "
             "with more memory",
         spdlog::level::err);
   } catch (const c10::Error& e) {  // LibTorch's own check failed: its message without a backtrace
-    return trainer::fail(group, 1, std::string("internal error: ") + e.what_without_backtrace(),
+    return trainer::fail(group, guards, 1,
+                         std::string("internal error: ") + e.what_without_backtrace(),
                          spdlog::level::critical);
   } catch (const std::exception& e) {
-    return trainer::fail(group, 1, std::string("internal error: ") + e.what(),
+    return trainer::fail(group, guards, 1, std::string("internal error: ") + e.what(),
                          spdlog::level::critical);
   }
 }

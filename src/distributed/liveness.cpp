@@ -1,8 +1,6 @@
 #include "src/distributed/liveness.h"
 
 #include <ATen/ATen.h>
-#include <arpa/inet.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -10,11 +8,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <random>
@@ -22,6 +18,7 @@
 
 #include "base/storage_calls.h"
 #include "base/user_error.h"
+#include "src/distributed/host_lookup.h"
 
 namespace trainer {
 namespace {
@@ -30,7 +27,20 @@ using Clock = std::chrono::steady_clock;
 
 constexpr auto kBeatEvery = std::chrono::seconds(1);
 constexpr uint32_t kMagic = 0x564c4e52;  // "RNLV"
-constexpr uint32_t kAlive = 1, kLeaving = 2;
+constexpr uint32_t kAlive = 1, kLeaving = 2, kEnding = 3;
+// In a kEnding beat's flags, beside the sender's exit code (the low byte): the fault is its host's.
+constexpr uint32_t kHostLeaves = 1 << 8;
+
+// Note [A last word]
+// A rank that ends the job for a fault it found (its file system does not answer, a collective
+// timed out, an error) says why in a kEnding beat before it goes. The others end at once, naming
+// it and its reason: without it they would learn only from their own deadlines, or from a
+// library's error when its connections close ("Connection closed by peer", naming an address),
+// or, under mpirun, from the SIGTERM its daemons pass on 20 s after the abort. The beat goes
+// three times (a datagram may be lost), and the rank waits a moment before it ends, so that the
+// word arrives before its connections close.
+constexpr int kLastWordCopies = 3;
+constexpr auto kLastWordHeld = std::chrono::milliseconds(200);
 
 // A rank's call into the data's file system that has not returned for this long is told to the
 // others in its beats, so that a rank whose collective then fails names it, not "another rank".
@@ -47,11 +57,12 @@ struct Beat {
   int32_t rank;
   uint32_t kind;
   uint32_t stalled_s;  // how long this rank's oldest storage call has not returned; 0: none
-  uint32_t padding = 0;
-  int64_t sent_us;    // this beat's send time, on the sender's steady clock
-  int64_t echo_us;    // the sent_us of the last beat the sender heard from the receiver; 0: none
-  int64_t held_us;    // how long before this send the sender heard that beat
-  char stalled[208];  // the stalled call (describe_call), cut to fit, 0-terminated
+  uint32_t flags;      // kEnding: its exit code, and kHostLeaves
+  int64_t sent_us;     // this beat's send time, on the sender's steady clock
+  int64_t echo_us;     // the sent_us of the last beat the sender heard from the receiver; 0: none
+  int64_t held_us;     // how long before this send the sender heard that beat
+  // kAlive: the stalled call (describe_call); kEnding: why. Cut to fit, 0-terminated.
+  char text[208];
 };
 static_assert(sizeof(Beat) == 256, "every rank's beat has one size");
 
@@ -62,71 +73,14 @@ int64_t micros(Clock::time_point t) {
 // This rank's link figure (Note [A link's round trip]), ms; NaN before the first round trip.
 std::atomic<double> fastest_round_trip_ms{std::nan("")};
 
+// The Liveness whose thread runs, for a last word from another thread (Note [A last word]).
+std::mutex live_mutex;
+Liveness* live = nullptr;
+
 // What the peers last said of their stalled storage calls, by rank, kept past the Liveness
 // object: the error that ends a rank is logged after its part of the job has unwound.
 std::mutex stalls_mutex;
 std::map<int, std::pair<std::string, Clock::time_point>> stalls;
-
-// The IPv4 address this host sends from toward `peer` (a name or an address): a connected UDP
-// socket sends nothing, but the kernel picks its route and source. 0 when there is none.
-uint32_t address_toward(const std::string& peer) {
-  if (peer.empty()) return 0;
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* found = nullptr;
-  if (::getaddrinfo(peer.c_str(), "9", &hints, &found) != 0 || !found) return 0;
-  uint32_t address = 0;
-  const int probe = ::socket(AF_INET, SOCK_DGRAM, 0);
-  if (probe >= 0 && ::connect(probe, found->ai_addr, found->ai_addrlen) == 0) {
-    sockaddr_in local{};
-    socklen_t size = sizeof(local);
-    if (::getsockname(probe, reinterpret_cast<sockaddr*>(&local), &size) == 0)
-      address = local.sin_addr.s_addr;
-  }
-  if (probe >= 0) ::close(probe);
-  ::freeaddrinfo(found);
-  return address;
-}
-
-std::string process_name(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
-  std::string name;
-  std::getline(in, name);
-  return name;
-}
-
-// The host of torchrun's rendezvous, "HOST:PORT": the Training Operator's PET_RDZV_ENDPOINT, or
-// the agent's --rdzv-endpoint (its command line: torchrun passes it to no rank).
-std::string rendezvous_host() {
-  std::string endpoint;
-  if (const char* pet = std::getenv("PET_RDZV_ENDPOINT")) endpoint = pet;
-  if (endpoint.empty()) {
-    std::ifstream in("/proc/" + std::to_string(::getppid()) + "/cmdline");
-    std::string arg;
-    bool next = false;
-    while (std::getline(in, arg, '\0')) {
-      if (next) endpoint = arg;
-      next = arg == "--rdzv-endpoint" || arg == "--rdzv_endpoint";
-      for (const char* flag : {"--rdzv-endpoint=", "--rdzv_endpoint="})
-        if (arg.rfind(flag, 0) == 0) endpoint = arg.substr(std::string(flag).size());
-    }
-  }
-  return endpoint.substr(0, endpoint.rfind(':'));
-}
-
-// The IPv4 addresses `host` resolves to.
-std::set<uint32_t> addresses_of(const std::string& host) {
-  std::set<uint32_t> found;
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  addrinfo* list = nullptr;
-  if (host.empty() || ::getaddrinfo(host.c_str(), nullptr, &hints, &list) != 0) return found;
-  for (addrinfo* a = list; a; a = a->ai_next)
-    found.insert(reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr.s_addr);
-  ::freeaddrinfo(list);
-  return found;
-}
 
 }  // namespace
 
@@ -174,10 +128,16 @@ Liveness::Liveness(ProcessGroup& group, const Environment& env, std::chrono::sec
   }
   since_ = Clock::now();
   thread_ = std::thread([this] { run(); });
+  std::lock_guard<std::mutex> lock(live_mutex);
+  live = this;
 }
 
 Liveness::~Liveness() {
   if (socket_ < 0) return;
+  {
+    std::lock_guard<std::mutex> lock(live_mutex);
+    live = nullptr;
+  }
   stop_ = true;
   thread_.join();
   // Twice: a datagram may be dropped, and a peer that misses both only waits for its own end.
@@ -212,7 +172,7 @@ void Liveness::send_all(uint32_t kind) {
   if (const auto stuck = oldest_storage_call(); stuck && now - stuck->since >= kToldStall) {
     beat.stalled_s = static_cast<uint32_t>(
         std::chrono::duration_cast<std::chrono::seconds>(now - stuck->since).count());
-    std::snprintf(beat.stalled, sizeof(beat.stalled), "%s", describe_call(*stuck).c_str());
+    std::snprintf(beat.text, sizeof(beat.text), "%s", describe_call(*stuck).c_str());
   }
   for (int r = 0; r < static_cast<int>(peers_.size()); ++r) {
     if (r == group_.rank() || peers_[r].left) continue;
@@ -241,18 +201,64 @@ void Liveness::receive() {
     peer.their_sent_us = beat.sent_us;
     peer.their_beat_heard = peer.heard;
     if (beat.echo_us > 0) add_round_trip(peer, micros(peer.heard) - beat.echo_us - beat.held_us);
+    beat.text[sizeof(beat.text) - 1] = 0;
+    if (beat.kind == kEnding && !ending_)
+      peer_ended(beat.rank, beat.text, static_cast<int>(beat.flags & 0xff),
+                 (beat.flags & kHostLeaves) != 0);
     if (beat.kind == kLeaving) peers_[beat.rank].left = true;
     std::lock_guard<std::mutex> lock(stalls_mutex);
     if (beat.stalled_s == 0) {
       stalls.erase(beat.rank);
       continue;
     }
-    beat.stalled[sizeof(beat.stalled) - 1] = 0;
     stalls[beat.rank] = {detail::concat("rank ", beat.rank, " (", group_.hosts()[beat.rank],
-                                        ") waits on storage: ", beat.stalled,
-                                        " has not returned for ", beat.stalled_s, " s"),
+                                        ") waits on storage: ", beat.text, " has not returned for ",
+                                        beat.stalled_s, " s"),
                          Clock::now()};
   }
+}
+
+// Note [A last word]
+bool tell_peers_this_rank_ends(const std::string& why, int exit_code, bool host_leaves) {
+  std::lock_guard<std::mutex> lock(live_mutex);
+  if (live) live->say_last_word(why, exit_code, host_leaves);
+  return live != nullptr;
+}
+
+void Liveness::say_last_word(const std::string& why, int exit_code, bool host_leaves) {
+  ending_ = true;  // this rank's own end, not a peer's, is the one to report
+  Beat beat{};
+  beat.magic = kMagic;
+  beat.token = token_;
+  beat.rank = group_.rank();
+  beat.kind = kEnding;
+  beat.flags = (static_cast<uint32_t>(exit_code) & 0xff) | (host_leaves ? kHostLeaves : 0);
+  beat.sent_us = micros(Clock::now());
+  std::snprintf(beat.text, sizeof(beat.text), "%s", why.c_str());
+  for (int copy = 0; copy < kLastWordCopies; ++copy) {
+    // Every other rank's address: set before the thread started, never changed.
+    for (int r = 0; r < static_cast<int>(peers_.size()); ++r) {
+      if (r == group_.rank()) continue;
+      sockaddr_in to{};
+      to.sin_family = AF_INET;
+      to.sin_addr.s_addr = peers_[r].address;
+      to.sin_port = peers_[r].port;
+      ::sendto(socket_, &beat, sizeof(beat), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&to),
+               sizeof(to));
+    }
+    std::this_thread::sleep_for(kLastWordHeld / kLastWordCopies);
+  }
+}
+
+void Liveness::peer_ended(int rank, const std::string& why, int exit_code, bool host_leaves) {
+  spdlog::critical(
+      "rank {} ({}): rank {} ({}) ended the job: {}. Ending this rank too; a restart resumes from "
+      "the newest checkpoint",
+      group_.rank(), group_.host(), rank, group_.hosts()[rank], why);
+  if (host_leaves) end_agent_if_rendezvous_lost({rank});
+  spdlog::default_logger()->flush();
+  // The others heard it too; a peer that missed it is ended by the launcher on these exits.
+  group_.abort_job(exit_code > 0 ? exit_code : 3, /*peers_told=*/true);
 }
 
 void Liveness::add_round_trip(Peer& peer, int64_t round_trip_us) {
@@ -353,26 +359,21 @@ void Liveness::lost(const std::vector<int>& silent, bool one_other_host) {
   group_.abort_job(3);
 }
 
-// Note [A launcher that waits on lost hosts]
-// SIGKILL, not SIGTERM: each launcher's way out on SIGTERM waits on a host it cannot reach.
-// mpirun's daemon reports to mpirun and stays; torchrun's agent hears the signal only between
-// its calls to the store, each of which waits up to a minute for the lost host. The launcher's
-// other ranks on this host hear the same silence and end by themselves.
-
 // Under torchrun the agents meet at a store on one host. When that host is the one lost they
 // cannot form a new group and would wait on it, so each survivor ends its agent too, and the
 // PyTorchJob starts the pods again.
 void Liveness::end_agent_if_rendezvous_lost(const std::vector<int>& silent) {
-  if (launcher_ != Launcher::kTorchrun || !std::getenv("TORCHELASTIC_RUN_ID")) return;
+  const pid_t agent = torchrun_agent();
+  if (!agent) return;
   const std::set<uint32_t> rendezvous = addresses_of(rendezvous_host());
   for (int r : silent) {
     if (!rendezvous.count(peers_[r].address)) continue;
     spdlog::critical(
         "rank {} ({}): {} held the agents' rendezvous: ending torchrun's agent (pid {}), which "
         "cannot start the group again without it",
-        group_.rank(), group_.host(), group_.hosts()[r], ::getppid());
+        group_.rank(), group_.host(), group_.hosts()[r], agent);
     spdlog::default_logger()->flush();
-    ::kill(::getppid(), SIGKILL);  // Note [A launcher that waits on lost hosts]
+    ::kill(agent, SIGKILL);  // Note [A launcher that waits on lost hosts]
     return;
   }
 }
@@ -380,9 +381,8 @@ void Liveness::end_agent_if_rendezvous_lost(const std::vector<int>& silent) {
 void Liveness::cut_off(int other_hosts) {
   const pid_t parent = ::getppid();
   const std::string parent_name = process_name(parent);
-  const bool launcher_here =
-      (launcher_ == Launcher::kMpirun && parent_name == "orted") ||
-      (launcher_ == Launcher::kTorchrun && std::getenv("TORCHELASTIC_RUN_ID") != nullptr);
+  const bool launcher_here = (launcher_ == Launcher::kMpirun && parent_name == "orted") ||
+                             (launcher_ == Launcher::kTorchrun && torchrun_agent() != 0);
   spdlog::critical(
       "rank {} ({}): no word from any rank on the other {} hosts for {} s: this host is cut off "
       "from the job (its network link, its node, or a network policy). Ending this host's part "

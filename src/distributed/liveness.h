@@ -4,7 +4,9 @@
 // to its own deadline (collective_timeout_s). A rank that hears nothing from a peer for
 // `timeout` ends the job, naming that rank and its host; one that hears from no peer at all says
 // that its own host is cut off, and ends its launcher's process on the host as well (mpirun's
-// daemon, torchrun's agent), which would otherwise wait for peers it cannot reach.
+// daemon, torchrun's agent), which would otherwise wait for peers it cannot reach. A rank that
+// ends the job for a fault of its own says why first (tell_peers_this_rank_ends), and the others
+// end at once, naming it.
 #pragma once
 
 #include <atomic>
@@ -31,6 +33,15 @@ std::string peers_stuck_on_storage();
 // messages or before the first round trip. Safe from any thread.
 double link_round_trip_ms();
 
+// Before this rank ends the job for a fault it found (Note [A last word], liveness.cpp): tells
+// every other rank `why` ("the file system does not answer: reading ..."), and they end at once
+// with `exit_code`, naming this rank and `why`, instead of each waiting for its own deadline or
+// failing on a library's error when this rank's connections close. `host_leaves`: the fault is
+// this host's (its mount of the data), so that the peers of a torchrun job whose agents meet on
+// this host end their agents too. Waits a moment for the datagrams to go. Returns false, having
+// told no one, without liveness messages. Safe from any thread.
+bool tell_peers_this_rank_ends(const std::string& why, int exit_code, bool host_leaves);
+
 class Liveness {
  public:
   // Collective: every rank of `group` (launched, more than one) makes one. Binds a UDP socket on
@@ -55,10 +66,13 @@ class Liveness {
   void send_all(uint32_t kind);
   void receive();
   void add_round_trip(Peer& peer, int64_t round_trip_us);
+  void say_last_word(const std::string& why, int exit_code, bool host_leaves);
+  [[noreturn]] void peer_ended(int rank, const std::string& why, int exit_code, bool host_leaves);
   void judge(std::chrono::steady_clock::time_point now);
   void tell_unheard();
   [[noreturn]] void lost(const std::vector<int>& silent, bool one_other_host);
   void end_agent_if_rendezvous_lost(const std::vector<int>& silent);
+  friend bool tell_peers_this_rank_ends(const std::string& why, int exit_code, bool host_leaves);
   [[noreturn]] void cut_off(int other_hosts);
 
   ProcessGroup& group_;
@@ -69,6 +83,7 @@ class Liveness {
   std::vector<Peer> peers_;  // by rank; this rank's own entry unused
   std::chrono::steady_clock::time_point since_;
   bool told_unheard_ = false;
+  std::atomic<bool> ending_{false};  // this rank has said its last word
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

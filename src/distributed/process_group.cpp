@@ -158,10 +158,10 @@ void ProcessGroup::check_async_error() {
   if (nccl_) nccl_->check_async_error();
 }
 
-void ProcessGroup::abort_job(int exit_code) {
+void ProcessGroup::abort_job(int exit_code, bool peers_told) {
   if (!g_aborting.exchange(true)) {
     if (nccl_) nccl_->abort();
-    if (comm_) comm_->abort(exit_code);
+    if (comm_ && !peers_told) comm_->abort(exit_code);
   }
   std::_Exit(exit_code);
 }

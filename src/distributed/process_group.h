@@ -89,8 +89,12 @@ class ProcessGroup {
   void check_async_error();
   // Ends the whole job now: aborts the NCCL communicator and the launcher's job (MPI_Abort, or
   // this process's exit, which torchrun answers by stopping the others), so no rank is left
-  // waiting in a collective. Safe to call from any thread, more than once.
-  [[noreturn]] void abort_job(int exit_code);
+  // waiting in a collective. `peers_told`: every other rank has been told and ends by itself
+  // (Note [A last word], src/distributed/liveness.cpp), so this process just exits: MPI_Abort
+  // would hold it until mpirun's daemons kill it (odls_base_sigkill_timeout after the abort,
+  // twice), and mpirun ends the job on its non-zero exit all the same. Safe to call from any
+  // thread, more than once.
+  [[noreturn]] void abort_job(int exit_code, bool peers_told = false);
 
  private:
   std::vector<std::string> gather_hostnames(const std::string& mine);

@@ -93,7 +93,10 @@ void Watchdog::fire(const Watched& w) {
       why.empty() ? "look for the first error in the other ranks' logs"
                   : "check that host's mount of the data");
   spdlog::default_logger()->flush();
-  group_.abort_job(3);
+  const bool told = tell_peers_this_rank_ends(
+      fmt::format("{} at step {} has not finished after {} s", w.what, w.step, timeout_.count()), 3,
+      false);
+  group_.abort_job(3, told);
 }
 
 void Watchdog::fire_stopped(const Watched& w, std::chrono::steady_clock::time_point now) {

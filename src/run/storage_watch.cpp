@@ -1,10 +1,13 @@
 #include "src/run/storage_watch.h"
 
+#include <signal.h>
 #include <spdlog/spdlog.h>
 
 #include "base/bounded_wait.h"
 #include "base/stop_signal.h"
 #include "base/storage_calls.h"
+#include "src/distributed/host_lookup.h"
+#include "src/distributed/liveness.h"
 
 namespace trainer {
 
@@ -28,13 +31,23 @@ void StorageWatch::run() {
 
 void StorageWatch::check(std::chrono::steady_clock::time_point now) {
   if (const auto stuck = oldest_storage_call(); stuck && now - stuck->since > timeout_) {
+    const std::string why = "the file system does not answer: " + describe_stuck(*stuck, now);
+    // Under torchrun this host leaves the job: its agent would start the rank again on the same
+    // mount, round after round, and the other hosts' agents start the group without it.
+    const pid_t agent = torchrun_agent();
     spdlog::critical(
-        "rank {} ({}): the file system does not answer: {} (storage_timeout_s = {}). Ending the "
-        "whole job; a restart resumes from the newest checkpoint. HINT: check that host's mount "
-        "of the data (an FSx or NFS server, or its network, gone: `df` or `ls` there hangs too)",
-        group_.rank(), group_.host(), describe_stuck(*stuck, now), timeout_.count());
+        "rank {} ({}): {} (storage_timeout_s = {}). {}; a restart resumes from the newest "
+        "checkpoint. HINT: check that host's mount of the data (an FSx or NFS server, or its "
+        "network, gone: `df` or `ls` there hangs too)",
+        group_.rank(), group_.host(), why, timeout_.count(),
+        agent ? fmt::format("Ending this host's part of the job and torchrun's agent (pid {}), "
+                            "which would start it again on the same mount",
+                            agent)
+              : std::string("Ending the whole job"));
     spdlog::default_logger()->flush();
-    group_.abort_job(3);
+    const bool told = tell_peers_this_rank_ends(why, 3, true);
+    if (agent) ::kill(agent, SIGKILL);  // Note [A launcher that waits on lost hosts]
+    group_.abort_job(3, told);
   }
   if (!stop_requested()) return;
   if (!stop_since_) stop_since_ = now;

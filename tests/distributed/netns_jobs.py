@@ -155,26 +155,28 @@ def job_on(hosts_maker, tmp_path):
 
 class TorchrunJob:
     """The PyTorchJob's pods, one a host: each the rendered container's command through the
-    image's entrypoint, with the operator's PET_* variables pointing at pod 0's host."""
+    image's entrypoint, with the operator's PET_* variables pointing at pod 0's host. Each pod's
+    config is `settings(out, images)`, or `configs(out)[pod]` when given (a pod's own data)."""
 
-    def __init__(self, hosts, folder, images):
+    def __init__(self, hosts, folder, images, configs=None):
         self.hosts, self.folder = hosts, folder
         self.out = folder / "run"
-        config = folder / "trainer.toml"
-        config.write_text(settings(self.out, images))
+        texts = configs(self.out) if configs else [settings(self.out, images)] * len(hosts.names)
         entrypoint = folder / "bin" / "entrypoint"  # alone: `torchrun` is the test venv's
         entrypoint.parent.mkdir()
         shutil.copy(ROOT / "docker" / "entrypoint.sh", entrypoint)
         job = pytorchjob()
         container = worker_container(job)
         bin_dir = "/opt/resnet-trainer/bin/"
-        paths = {bin_dir + "entrypoint": str(entrypoint),
-                 bin_dir + "train": str(binary("train").resolve()),
-                 "/etc/resnet-trainer/trainer.toml": str(config)}
-        argv = [paths.get(w, w) for w in container["command"] + container["args"]]
         rendezvous = hosts.names[0]
         self.procs, self.logs = [], []
         for index, host in enumerate(hosts.names):
+            config = folder / f"trainer{index}.toml"
+            config.write_text(texts[index])
+            paths = {bin_dir + "entrypoint": str(entrypoint),
+                     bin_dir + "train": str(binary("train").resolve()),
+                     "/etc/resnet-trainer/trainer.toml": str(config)}
+            argv = [paths.get(w, w) for w in container["command"] + container["args"]]
             env = {**os.environ, **ENV, **{e["name"]: e["value"] for e in container["env"]},
                    "PATH": f"{TORCHRUN.parent}:{os.environ['PATH']}", "LOGLEVEL": "INFO",
                    **operator_env(job, index, 29400, 1, len(hosts.names)),
@@ -223,10 +225,11 @@ class TorchrunJob:
 
 @pytest.fixture
 def torchrun_on(hosts_maker, tmp_path):
+    """Starts a TorchrunJob on new hosts (a, b, c, or `hosts`); kills what is left at the end."""
     jobs = []
 
-    def start(images):
-        job = TorchrunJob(hosts_maker(["a", "b", "c"]), tmp_path, images)
+    def start(images=None, hosts=("a", "b", "c"), configs=None):
+        job = TorchrunJob(hosts_maker(list(hosts)), tmp_path, images, configs)
         jobs.append(job)
         return job
 

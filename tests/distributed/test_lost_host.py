@@ -67,11 +67,12 @@ def test_liveness_blocked_between_hosts_is_said_and_ends_nothing(job_on):
     assert "no word from" not in text and "cut off" not in text, text[-3000:]
 
 
-def test_torchrun_survivors_of_a_lost_worker_regroup_and_finish(torchrun_on):
+@pytest.mark.parametrize("fault", ["blackhole", "link_down"])
+def test_torchrun_survivors_of_a_lost_worker_regroup_and_finish(torchrun_on, fault):
     job = torchrun_on(images=720)
     job.wait_checkpoint(10)
     lost = job.hosts.names[2]
-    job.hosts.blackhole(lost)
+    getattr(job.hosts, fault)(lost)
     took = job.wait_pods([2], within=LOST_WITHIN_S)  # the cut-off pod's agent ends
     job.wait_pods([0, 1], within=START_S)
     text = job.text()
@@ -79,7 +80,7 @@ def test_torchrun_survivors_of_a_lost_worker_regroup_and_finish(torchrun_on):
     assert "no word from rank" in text and f"({lost})" in text, text[-4000:]
     assert "this host is cut off" in job.logs[2].read_text(), job.logs[2].read_text()[-3000:]
     assert "world: 2 rank(s)" in text
-    print(f"torchrun, {lost} blackholed: its pod ended {took:.0f} s after the fault")
+    print(f"torchrun, {fault} of {lost}: its pod ended {took:.0f} s after the fault")
 
 
 def test_torchrun_a_lost_rendezvous_host_ends_every_pod(torchrun_on):
