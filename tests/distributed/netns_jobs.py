@@ -19,7 +19,8 @@ from netns_hosts import hosts_maker  # noqa: F401 (a fixture)
 
 yaml = pytest.importorskip("yaml", reason="pyyaml is missing: run scripts/setup.sh")
 sys.path.insert(0, str(Path(__file__).parents[1] / "run"))  # the PyTorchJob the chaos test has
-from chaos_jobs import TORCHRUN, operator_env, pytorchjob, worker_container  # noqa: E402
+from chaos_history import rounds_of, trained_per_epoch  # noqa: E402
+from chaos_jobs import LOG_TIME, TORCHRUN, operator_env, pytorchjob, worker_container  # noqa: E402
 
 START_S = 180  # launch to checkpoint 10 on a busy machine
 ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
@@ -161,6 +162,7 @@ class TorchrunJob:
     def __init__(self, hosts, folder, images, configs=None):
         self.hosts, self.folder = hosts, folder
         self.out = folder / "run"
+        self.trace = folder / "trace"  # the samples each rank trains (src/report/sample_trace.h)
         texts = configs(self.out) if configs else [settings(self.out, images)] * len(hosts.names)
         entrypoint = folder / "bin" / "entrypoint"  # alone: `torchrun` is the test venv's
         entrypoint.parent.mkdir()
@@ -180,7 +182,8 @@ class TorchrunJob:
             env = {**os.environ, **ENV, **{e["name"]: e["value"] for e in container["env"]},
                    "PATH": f"{TORCHRUN.parent}:{os.environ['PATH']}", "LOGLEVEL": "INFO",
                    **operator_env(job, index, 29400, 1, len(hosts.names)),
-                   "PET_RDZV_ENDPOINT": f"{rendezvous}:29400", "MASTER_ADDR": rendezvous}
+                   "PET_RDZV_ENDPOINT": f"{rendezvous}:29400", "MASTER_ADDR": rendezvous,
+                   "TRAINER_SAMPLE_TRACE": str(self.trace)}
             log = folder / f"pod{index}.log"
             with open(log, "w") as f:
                 self.procs.append(subprocess.Popen(hosts.on(host, argv), stdout=f,
@@ -192,6 +195,12 @@ class TorchrunJob:
 
     def text(self):
         return "\n".join(log.read_text(errors="replace") for log in self.logs)
+
+    def trained_per_epoch(self):
+        """{epoch: Counter of sample ids} the run as finally kept trained, across its rounds."""
+        lines = sorted(line for line in self.text().splitlines() if LOG_TIME.match(line))
+        return trained_per_epoch({int(p.stem.split("-")[1]): p.read_text().splitlines()
+                                  for p in self.trace.glob("rank-*.txt")}, rounds_of(lines))
 
     def checkpoints(self):
         return sorted((self.out / "checkpoints").glob("checkpoint-*.pt"))

@@ -2,8 +2,9 @@
 trainer's shipped timeouts, on the CPU: under mpirun, three worker hosts and the launcher's;
 under torchrun, three pods' hosts. A host blackholed or its link cut once checkpoint 10 exists:
 every process of the job that can end does so within two minutes, a surviving rank's error names
-the lost rank and host, and the newest checkpoint loads. An outage shorter than
-liveness_timeout_s ends nothing.
+the lost rank and host, and the newest checkpoint loads; under torchrun the survivors of a lost
+worker train every image once per epoch. An outage shorter than liveness_timeout_s ends
+nothing.
 """
 import time
 
@@ -80,6 +81,11 @@ def test_torchrun_survivors_of_a_lost_worker_regroup_and_finish(torchrun_on, fau
     assert "no word from rank" in text and f"({lost})" in text, text[-4000:]
     assert "this host is cut off" in job.logs[2].read_text(), job.logs[2].read_text()[-3000:]
     assert "world: 2 rank(s)" in text
+    # Across the rounds, the run as kept trained every image once in its one epoch.
+    trained = job.trained_per_epoch()
+    assert list(trained) == [0] and sorted(trained[0].elements()) == list(range(720)), (
+        sorted(trained), sorted(set(range(720)) - set(trained[0])),
+        [i for i, n in trained[0].items() if n > 1])
     print(f"torchrun, {fault} of {lost}: its pod ended {took:.0f} s after the fault")
 
 

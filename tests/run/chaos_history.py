@@ -1,6 +1,26 @@
 """What a run's surviving history trained, from the sample traces its rounds appended: the
 accounting the chaos test's every-image-once check rests on."""
+import re
 from collections import Counter, defaultdict
+
+RANK0 = re.compile(r"^\[[^]]+\] \[\S+ 0/\d+\]")  # a line rank 0 logged
+
+
+def rounds_of(lines):
+    """[first step, world size] of each round, in order, from the run's log lines merged in time
+    order: a round starts with rank 0's "world:" line and, when it resumed, its "resumed from
+    ... step S" line."""
+    found = []
+    for line in lines:
+        if not RANK0.match(line):
+            continue
+        if world := re.search(r"world: (\d+) rank\(s\)", line):
+            found.append([0, int(world[1])])
+        elif resumed := re.search(r"resumed from \S+: epoch \d+, image \d+ of \d+, step (\d+)",
+                                  line):
+            if found:
+                found[-1][0] = int(resumed[1])
+    return found
 
 
 def trained_per_epoch(traces, rounds):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from chaos_history import RANK0  # noqa: F401 (the faults' and the run's)
 from conftest import ROOT, descendants, kill_tree
 
 
@@ -39,7 +40,6 @@ STOP_WITHIN_STEPS = 2
 
 # A line of `train`'s log starts with its time: [YYYY-MM-DD HH:MM:SS.mmm] [host rank/world].
 LOG_TIME = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}\]")
-RANK0 = re.compile(r"^\[[^]]+\] \[\S+ 0/\d+\]")
 
 
 class ScenarioFailed(AssertionError):

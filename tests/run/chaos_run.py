@@ -12,8 +12,8 @@ from collections import Counter
 import pytest
 
 from chaos_faults import FAULTS
-from chaos_history import trained_per_epoch
-from chaos_jobs import (LOG_TIME, RANK0, START_S, STOP_WITHIN_STEPS, Job, ScenarioFailed, check,
+from chaos_history import rounds_of, trained_per_epoch
+from chaos_jobs import (LOG_TIME, START_S, STOP_WITHIN_STEPS, Job, ScenarioFailed, check,
                         log_time, traced_step)
 
 # What a checkpoint holds (docs/training.md), read back with a plain torch.load.
@@ -150,19 +150,7 @@ class Run:
         return sorted(lines, key=lambda line: LOG_TIME.match(line)[0])
 
     def rounds(self):
-        """[first step, world size] of each round, in order: a round starts with rank 0's
-        "world:" line and, when it resumed, its "resumed from ... step S" line."""
-        found = []
-        for line in self.merged_log():
-            if not RANK0.match(line):
-                continue
-            if world := re.search(r"world: (\d+) rank\(s\)", line):
-                found.append([0, int(world[1])])
-            elif resumed := re.search(r"resumed from \S+: epoch \d+, image \d+ of \d+, step (\d+)",
-                                      line):
-                if found:
-                    found[-1][0] = int(resumed[1])
-        return found
+        return rounds_of(self.merged_log())
 
     def check_all(self):
         s = self.s
