@@ -131,6 +131,21 @@ def first_critical(text):
     return found.group(0)
 
 
+def frozen_pod_named(job, call):
+    """Pod b's first line names its rank, host and `call` (a pattern: "reading MOUNT/train-");
+    pod a's names pod b's, and pod a trained on alone. Returns both pods' logs."""
+    a, b = job.hosts.names
+    pod_a, pod_b = (log.read_text(errors="replace") for log in job.logs)
+    first = first_critical(pod_b)
+    assert re.search(rf"rank \d \({b}\): the file system does not answer: {call}", first), first
+    first = first_critical(pod_a)
+    assert re.search(rf"rank \d \({a}\): rank \d \({b}\) ended the job: the file system does "
+                     rf"not answer: {call}", first), first
+    assert job.procs[0].returncode == 0, pod_a[-4000:]
+    assert "world: 1 rank(s)" in pod_a, pod_a[-4000:]
+    return pod_a, pod_b
+
+
 def no_train_left(marker):
     out = subprocess.run(["pgrep", "-f", str(marker)], capture_output=True, text=True)
     return [pid for pid in out.stdout.split() if int(pid) != os.getpid()]
@@ -275,23 +290,16 @@ def test_under_torchrun_a_pod_frozen_mid_epoch_leaves_and_the_others_finish(tmp_
     job.wait_pods([1], within=STORAGE_TIMEOUT_S + 60)
     left = time.monotonic() - frozen
     job.wait_pods([0], within=120)
-    a, b = job.hosts.names
-    pod_a, pod_b = (log.read_text(errors="replace") for log in job.logs)
-    # The frozen pod's first line names its rank, host and read; it ends its agent, which would
-    # start the rank again on the same mount, and so its pod.
+    pod_a, pod_b = frozen_pod_named(job, rf"reading {re.escape(str(fs.mount))}/train-")
+    # The frozen pod names the byte it reads; it ends its agent, which would start the rank again
+    # on the same mount, and so its pod. The other starts the group again without it, from the
+    # newest checkpoint.
     first = first_critical(pod_b)
-    assert re.search(rf"rank \d \({b}\): the file system does not answer: reading "
-                     rf"{re.escape(str(fs.mount))}/train-\S+ at byte", first), first
+    assert re.search(rf"{re.escape(str(fs.mount))}/train-\S+ at byte", first), first
     assert "torchrun's agent" in first, first
     assert job.procs[1].returncode != 0
     assert left < STORAGE_TIMEOUT_S + 60, (left, pod_b[-3000:])
     assert not job_processes(job.folder / "trainer1.toml"), "a process of the frozen pod is left"
-    # The other pod names it, and starts the group again without it, from the newest checkpoint.
-    first = first_critical(pod_a)
-    assert re.search(rf"rank \d \({a}\): rank \d \({b}\) ended the job: the file system does "
-                     rf"not answer: reading {re.escape(str(fs.mount))}/train-", first), first
-    assert job.procs[0].returncode == 0, pod_a[-4000:]
-    assert "world: 1 rank(s)" in pod_a, pod_a[-4000:]
     resumed = re.search(r"resumed from \S+checkpoint-0*(\d+)\.pt", pod_a)
     assert resumed and int(resumed[1]) >= 4, pod_a[-4000:]
     print(f"torchrun, pod b frozen mid-epoch: it ended {left:.0f} s after the freeze")
@@ -309,17 +317,11 @@ def test_under_torchrun_a_pod_frozen_at_start_up_leaves_and_the_others_finish(tm
     job.wait_pods([1], within=120)
     left = time.monotonic() - start
     job.wait_pods([0], within=120)
-    a, b = job.hosts.names
-    pod_a, pod_b = (log.read_text(errors="replace") for log in job.logs)
+    pod_a, pod_b = frozen_pod_named(job, rf"listing {re.escape(str(fs.mount))}/train-\*")
     first = first_critical(pod_b)
-    assert re.search(rf"rank \d \({b}\): the file system does not answer: listing "
-                     rf"{re.escape(str(fs.mount))}/train-\* has not returned for", first), first
+    assert re.search(rf"listing {re.escape(str(fs.mount))}/train-\* has not returned for", first), (
+        first)
     assert left < 20 + 40, (left, pod_b[-3000:])
-    first = first_critical(pod_a)
-    assert re.search(rf"rank \d \({a}\): rank \d \({b}\) ended the job: the file system does "
-                     rf"not answer: listing {re.escape(str(fs.mount))}/train-\*", first), first
-    assert job.procs[0].returncode == 0, pod_a[-4000:]
-    assert "world: 1 rank(s)" in pod_a, pod_a[-4000:]
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="OpenMPI not installed")
