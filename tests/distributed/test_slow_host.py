@@ -1,9 +1,10 @@
 """A slow host pointed out: a job under mpirun on hosts made of network namespaces (netns_jobs.py)
 whose steps one host holds back, first by its CPU (its rank's process given a sixth of a core by
-a cgroup's CPU quota, as a noisy neighbour or a throttled node gives it), then by its link
-(capped both ways, tc's token bucket). Each time the interval log names that rank, its host and
-what holds it (compute, link), metrics.jsonl and TensorBoard carry every rank's figures, and the
-job, slowed, ends nothing: it finishes.
+a cgroup's CPU quota, as a noisy neighbour or a throttled node gives it), then by its link:
+capped both ways (tc's token bucket), then long and lossy (10 ms more each round trip and 0.2%
+of its packets lost each way, delay_line.py). Each time the interval log names that rank, its host
+and what holds it (compute, link), metrics.jsonl and TensorBoard carry every rank's figures, and
+the job, slowed, ends nothing: it finishes.
 """
 import contextlib
 import json
@@ -17,8 +18,12 @@ from netns_jobs import START_S, hosts_maker, job_on  # noqa: F401 (fixtures)
 event_accumulator = pytest.importorskip(
     "tensorboard.backend.event_processing.event_accumulator",
     reason="the tensorboard package is missing: run scripts/setup.sh")
+pytest.importorskip("netfilterqueue", reason="NetfilterQueue is missing: run scripts/setup.sh")
 
 SEEN_WITHIN_S = 90  # a few log intervals (5 steps each) of the slowed job
+# The slow link's delay each way: each round trip crosses it twice. Steps of the all-reduce wait
+# on the round trips: at 10 ms more each (and 0.2% loss) the step took 25 times as long (7.5 s).
+DELAY_MS = 5
 
 
 def cgroup_cpu_root():
@@ -84,7 +89,7 @@ def step_of(line):
 
 
 def test_a_slow_host_is_named_with_what_holds_it(job_on):
-    job = job_on(images=2160)  # 60 steps: the job outlasts both faults
+    job = job_on(images=2160)  # 60 steps: the job outlasts the three faults
     job.wait_checkpoint(5)
     throttled, capped = job.hosts.names[3], job.hosts.names[2]  # ranks 2 and 1
     (train,) = job.hosts.pids(throttled, "train")
@@ -99,6 +104,13 @@ def test_a_slow_host_is_named_with_what_holds_it(job_on):
                          within=SEEN_WITHIN_S, since=since)
     link_step = step_of(line)
     job.hosts.heal()
+    lossy = job.hosts.names[1]  # rank 0's
+    since = len(job.text())
+    job.hosts.slow_link(lossy, delay_ms=DELAY_MS, loss=0.002)
+    line = job.wait_line(f"rank 0 ({lossy}) holds the step back: its link",
+                         within=SEEN_WITHIN_S, since=since)
+    lossy_step = step_of(line)
+    job.hosts.heal()
     job.wait_end(within=START_S)
     assert job.proc.returncode == 0, job.text()[-3000:]  # slowed, not ended
 
@@ -111,6 +123,9 @@ def test_a_slow_host_is_named_with_what_holds_it(job_on):
     slow, others = at[1][link_step], [at[r][link_step] for r in (0, 2)]
     assert all(slow["link_ms"] > 3 * o["link_ms"] for o in others), (slow, others)
     assert [e["host"] for e in (at[0][link_step], slow, at[2][link_step])] == job.hosts.names[1:]
+    slow, others = at[0][lossy_step], [at[r][lossy_step] for r in (1, 2)]
+    assert slow["link_ms"] >= 1.8 * DELAY_MS, (slow, others)  # the delay, seen from the figure
+    assert all(o["link_ms"] < DELAY_MS for o in others), (slow, others)
 
     runs = event_accumulator.EventAccumulator(
         str(job.out / "tensorboard"), size_guidance={event_accumulator.SCALARS: 0}).Reload()
@@ -120,4 +135,5 @@ def test_a_slow_host_is_named_with_what_holds_it(job_on):
             assert tag in runs.Tags()["scalars"], sorted(runs.Tags()["scalars"])
             assert {s.step: s.value for s in runs.Scalars(tag)}[link_step] == pytest.approx(
                 at[rank][link_step][figure])
-    print(f"throttled {throttled} named at step {compute_step}, capped {capped} at {link_step}")
+    print(f"throttled {throttled} named at step {compute_step}, capped {capped} at {link_step}, "
+          f"{lossy} delayed and lossy at {lossy_step}")
