@@ -4,7 +4,7 @@ under torchrun, three pods' hosts. A host blackholed or its link cut once checkp
 every process of the job that can end does so within two minutes, a surviving rank's error names
 the lost rank and host, and the newest checkpoint loads; under torchrun the survivors of a lost
 worker train every image once per epoch. An outage shorter than liveness_timeout_s ends
-nothing.
+nothing, under either launcher.
 """
 import time
 
@@ -53,6 +53,20 @@ def test_an_outage_shorter_than_the_liveness_timeout_ends_nothing(job_on):
     text = job.text()
     assert job.proc.returncode == 0, text[-3000:]
     assert "no word from" not in text and "cut off" not in text, text[-3000:]
+    assert job.checkpoints()[-1].name == "checkpoint-000000020.pt"
+
+
+def test_torchrun_an_outage_shorter_than_the_liveness_timeout_ends_nothing(torchrun_on):
+    job = torchrun_on(images=720)  # 20 steps
+    job.wait_checkpoint(10)
+    job.hosts.blackhole(job.hosts.names[2])
+    time.sleep(25)
+    job.hosts.heal()
+    job.wait_pods([0, 1, 2], within=START_S)
+    text = job.text()
+    assert [p.returncode for p in job.procs] == [0, 0, 0], text[-4000:]
+    assert "no word from" not in text and "cut off" not in text, text[-4000:]
+    assert "world: 3 rank(s)" in text and "world: 2 rank(s)" not in text, text[-4000:]
     assert job.checkpoints()[-1].name == "checkpoint-000000020.pt"
 
 
