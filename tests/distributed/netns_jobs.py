@@ -17,27 +17,14 @@ import pytest
 from conftest import ROOT, binary, kill_tree
 from netns_hosts import hosts_maker  # noqa: F401 (a fixture)
 
-yaml = pytest.importorskip("yaml", reason="pyyaml is missing: run scripts/setup.sh")
 sys.path.insert(0, str(Path(__file__).parents[1] / "run"))  # the PyTorchJob the chaos test has
 from chaos_history import rounds_of, trained_per_epoch  # noqa: E402
-from chaos_jobs import LOG_TIME, TORCHRUN, operator_env, pytorchjob, worker_container  # noqa: E402
+from chaos_jobs import (LOG_TIME, TORCHRUN, mpijob_launcher, operator_env, pytorchjob,  # noqa: E402
+                        worker_container)
 
 START_S = 180  # launch to checkpoint 10 on a busy machine
 ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
        "OMPI_MCA_btl_vader_single_copy_mechanism": "none", "OMP_NUM_THREADS": "1"}
-
-
-def launcher(job_yaml, ranks, config):
-    """The MPIJob launcher's mpirun options, for `ranks` ranks of this build's train, and its
-    environment."""
-    (job,) = [d for d in yaml.safe_load_all(job_yaml.read_text()) if d]
-    (container,) = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"]
-    args = list(container["args"])
-    assert args[:2] == ["-np", args[1]] and args[-3:-1] == ["/opt/resnet-trainer/bin/train",
-                                                            "--config"]
-    args = ["-np", str(ranks), *args[2:-3], "-x", "OMP_NUM_THREADS",
-            str(binary("train").resolve()), "--config", str(config)]
-    return args, {e["name"]: e["value"] for e in container.get("env", [])}
 
 
 def settings(out, images):
@@ -77,7 +64,7 @@ class Job:
         config.write_text(settings(self.out, images))
         hostfile = folder / "hostfile"
         hostfile.write_text("".join(f"{h} slots=1\n" for h in self.workers))
-        args, env = launcher(ROOT / "k8s" / "base" / "mpijob.yaml", len(self.workers), config)
+        args, env = mpijob_launcher(len(self.workers), binary("train").resolve(), config)
         argv = [str(ROOT / "docker" / "entrypoint.sh"), "mpirun", "--hostfile", str(hostfile),
                 "--mca", "plm_rsh_agent", str(hosts.rsh_agent(folder)), *args]
         self.log = folder / "launcher.log"

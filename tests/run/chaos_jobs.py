@@ -131,6 +131,20 @@ def pytorchjob():
     return _JOB["job"]
 
 
+def mpijob_launcher(ranks, train, config):
+    """The MPIJob launcher's mpirun options (k8s/base/mpijob.yaml as shipped), for `ranks` ranks
+    of `train`, and its environment."""
+    yaml = pytest.importorskip("yaml", reason="pyyaml is missing: run scripts/setup.sh")
+    manifest = ROOT / "k8s" / "base" / "mpijob.yaml"
+    (job,) = [d for d in yaml.safe_load_all(manifest.read_text()) if d]
+    (container,) = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"]
+    args = list(container["args"])
+    assert args[:2] == ["-np", args[1]] and args[-3:-1] == [BIN + "train", "--config"]
+    args = ["-np", str(ranks), *args[2:-3], "-x", "OMP_NUM_THREADS", str(train), "--config",
+            str(config)]
+    return args, {e["name"]: e["value"] for e in container.get("env", [])}
+
+
 def worker_container(job):
     (container,) = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
     return container
@@ -162,8 +176,11 @@ class Job:
     """One launch: its processes (one for `train` alone or mpirun, one per pod under torchrun),
     each logging to a file of its own."""
 
-    def __init__(self, run, phase, name):
+    def __init__(self, run, phase, name, hosts=None):
         self.run, self.phase, self.name = run, phase, name
+        # netns_hosts.Hosts: under mpirun its first host the launcher's, a rank on each other;
+        # under torchrun a pod on each
+        self.hosts = hosts
         self.config = run.dir / f"{name}.toml"
         self.config.write_text(toml(run.settings(phase)))
         self.procs = []  # [(label, Popen, log path)]
@@ -190,10 +207,25 @@ class Job:
             return argv
         return [*argv, "-np", str(self.phase.ranks), *train]
 
+    def on_hosts(self):
+        """mpirun as the MPIJob's launcher runs it (through the image's entrypoint, with its
+        options and environment) on the first host, a rank on each other: argv, environment."""
+        hostfile = self.run.dir / f"{self.name}-hostfile"
+        hostfile.write_text("".join(f"{h} slots=1\n" for h in self.hosts.names[1:]))
+        args, env = mpijob_launcher(self.phase.ranks, self.run.bins["train"], self.config)
+        argv = [str(self.run.bins["entrypoint"]), "mpirun", "--hostfile", str(hostfile),
+                "-x", "TRAINER_SAMPLE_TRACE", "--mca", "plm_rsh_agent",
+                str(self.hosts.rsh_agent(self.run.dir)), *args]
+        return self.hosts.on(self.hosts.names[0], argv), env
+
     def start(self, volume=None, size=""):
         """Starts the job; `volume`: a folder given a tmpfs of `size` in a mount namespace."""
         env = {**os.environ, **MPI_ENV, "TRAINER_SAMPLE_TRACE": str(self.run.trace)}
         argv = self.argv()
+        if self.hosts:
+            argv, launcher_env = self.on_hosts()
+            env.update(launcher_env)
+            env.setdefault("LD_LIBRARY_PATH", "")  # which the launcher's options -x
         if volume is not None:
             volume.mkdir(parents=True, exist_ok=True)
             self.tmpfs_listing = self.run.dir / f"{self.name}-volume.txt"
@@ -221,21 +253,32 @@ class Job:
                "TRAINER_SAMPLE_TRACE": str(self.run.trace),
                "LOGLEVEL": "INFO",  # the elastic agent's rendezvous and restarts, in the log
                **operator_env(job, index, self.port, self.phase.nproc, self.phase.max_pods)}
+        if self.hosts:  # worker 0's service name is its host's
+            argv = self.hosts.on(self.hosts.names[index], argv)
+            env.update(PET_RDZV_ENDPOINT=f"{self.hosts.names[0]}:{self.port}",
+                       MASTER_ADDR=self.hosts.names[0])
         label = f"pod{index}" + ("-new" if any(l == f"pod{index}" for l, _, _ in self.procs)
                                  else "")
         proc = self._popen(label, argv, env)
         if index == 0:  # the first agent to listen hosts the store (worker 0's on a cluster)
             deadline = time.monotonic() + 60
-            while True:
-                with socket.socket() as s:
-                    if s.connect_ex(("127.0.0.1", self.port)) == 0:
-                        break
+            while not self.serves_store():
                 check(proc.poll() is None, f"pod 0 ended before it served the store "
                                            f"(status {proc.returncode})")
                 check(time.monotonic() < deadline, "nothing listens on the rendezvous port "
                                                    "60 s after pod 0 started")
                 time.sleep(0.1)
         return proc
+
+    def serves_store(self):
+        """Whether pod 0's agent listens on the rendezvous port (on its host, if on hosts)."""
+        if self.hosts:
+            listening = subprocess.run(["ip", "netns", "exec", self.hosts.names[0], "ss", "-Hltn",
+                                        f"sport = :{self.port}"],
+                                       capture_output=True, text=True, timeout=30).stdout
+            return bool(listening.strip())
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", self.port)) == 0
 
     def live(self):
         return [p for _, p, _ in self.procs if p.poll() is None]

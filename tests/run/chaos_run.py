@@ -12,6 +12,7 @@ from collections import Counter
 import pytest
 
 from chaos_faults import FAULTS
+from chaos_network import LOST_WITHIN_S, NETWORK_FAULTS, hosts_for
 from chaos_history import rounds_of, trained_per_epoch
 from chaos_jobs import (LOG_TIME, START_S, STOP_WITHIN_STEPS, Job, ScenarioFailed, check,
                         log_time, traced_step)
@@ -31,6 +32,7 @@ class Run:
         self.out, self.trace = folder / "run", folder / "trace"
         self.log_files, self.notes, self.jobs = [], [], []
         self.data = datasets(scenario) if scenario.source == "tfrecord" else None
+        self.hosts = None  # the first launch's, for a network fault (chaos_network.py)
 
     def settings(self, phase):
         s = self.s
@@ -75,7 +77,7 @@ class Run:
         return True
 
     def launch(self, phase, name, **kwargs):
-        job = Job(self, phase, name)
+        job = Job(self, phase, name, hosts=self.hosts if phase is self.s.first else None)
         self.jobs.append(job)
         if phase.launcher == "torchrun":
             for i in range(phase.pods):
@@ -87,10 +89,14 @@ class Run:
     def finish(self, phase, name):
         """A launch that must finish: status 0 for every process."""
         job = self.launch(phase, name)
-        bound = START_S + 30 * self.s.epochs + 4 * self.s.timeout_s
-        rcs = job.wait_end(bound, f"{name} ({phase.describe()})")
+        rcs = job.wait_end(self.bound(), f"{name} ({phase.describe()})")
         check(all(rc == 0 for rc in rcs), f"{name} ended with status {rcs}, expected 0")
         return job
+
+    def bound(self):
+        """The longest a launch that must finish may take."""
+        faults = 2 * LOST_WITHIN_S if self.s.on_hosts else 4 * self.s.timeout_s
+        return START_S + 30 * self.s.epochs + faults
 
     def stops_since(self, job, since):
         """Steps of the ranks' "signal 15 received: checkpointing at step S" lines logged at or
@@ -139,7 +145,11 @@ class Run:
     # The scenario: its fault (chaos_faults.py), then the checks.
 
     def play(self):
-        FAULTS[self.s.fault](self)
+        if self.s.on_hosts:
+            with hosts_for(self.s) as self.hosts:
+                NETWORK_FAULTS[self.s.fault](self)
+        else:
+            FAULTS[self.s.fault](self)
         self.check_all()
 
     # The checks every scenario ends with.

@@ -30,7 +30,14 @@ KINDS = {
     ("mpirun", "disk-full-checkpoint"): 1, ("mpirun", "disk-full-tensorboard"): 1,
     ("torchrun", "pod-lost"): 2, ("torchrun", "pod-replaced"): 2, ("torchrun", "pod-added"): 2,
     ("torchrun", "sigterm"): 1,
+    ("mpirun", "host-lost"): 1, ("torchrun", "host-lost"): 1, ("mpirun", "outage"): 1,
+    ("torchrun", "outage"): 1,
 }
+# Faults of the network, played on hosts made of network namespaces, one rank a host.
+NETWORK_FAULTS = {"host-lost", "outage"}
+# What ends a job that loses a host is the liveness signal (liveness_timeout_s, 45 s), not the
+# collective's deadline: theirs is the default, which no shipped config changes.
+DEFAULT_COLLECTIVE_TIMEOUT_S = 300
 
 
 
@@ -76,6 +83,13 @@ class Scenario:
     timeout_s: int
     tmpfs: str = ""  # size of the small volume (disk-full faults)
     also_sigterm: bool = False  # disk-full-tensorboard: a SIGTERM stop too
+    lost: int = 0  # network faults: the rank (mpirun) or pod (torchrun) whose host it strikes
+    how: str = ""  # host-lost: "blackhole" (its frames dropped) or "link_down"
+    outage_s: int = 0  # outage: how long its host is blackholed before it heals
+
+    @property
+    def on_hosts(self):
+        return self.fault in NETWORK_FAULTS
 
     @property
     def val_images(self):
@@ -91,6 +105,10 @@ class Scenario:
         whole, left = divmod(self.records, g)
         return whole if left <= 1 and whole else whole + 1  # a single image left joins a step
 
+    @property
+    def lost_name(self):
+        return f"{'pod' if self.launcher == 'torchrun' else 'rank'} {self.lost}"
+
     def describe(self):
         g = self.first.ranks * self.first.batch
         data = (f"{self.records} {self.source} records" +
@@ -99,6 +117,10 @@ class Scenario:
                 f"prefetch {self.prefetch}, {self.epochs} epochs, log every {self.log_every}, "
                 f"checkpoint every {self.checkpoint_every}")
         fault = f"{self.fault} at step {self.fault_step}"
+        if self.fault == "host-lost":
+            fault = f"{self.how} of {self.lost_name}'s host at step {self.fault_step}"
+        elif self.fault == "outage":
+            fault = f"{self.outage_s} s outage of {self.lost_name}'s host at step {self.fault_step}"
         if self.fault == "disk-full-checkpoint" or (self.tmpfs and not self.also_sigterm):
             fault = self.fault  # the volume fills when it fills
         if self.tmpfs:
@@ -127,15 +149,21 @@ def draw(seed):
     tiny = rng.random() < 0.15  # batch_size 1, which needs 64 px
     image_size = 64 if tiny else 32
     batches = [1, 2] if tiny else [2, 3, 4]
+    network = fault in NETWORK_FAULTS
     pods = {"pod-lost": 2, "pod-replaced": 2, "pod-added": 1}.get(fault)
     first = draw_phase(rng, launcher, batches, pods=pods,
                        max_ranks=2 if fault == "pod-added" else 4)
+    if network:  # two or three hosts, one rank each: a host lost is a rank lost
+        first.ranks, first.mpmd = rng.randint(2, 3), False
+        if launcher == "torchrun":
+            first.pods = first.max_pods = first.ranks
+            first.nproc = 1
     if launcher == "torchrun" and fault in ("pod-lost", "pod-replaced", "pod-added"):
         first.nproc = rng.choice([1, 1, 2])
         first.ranks = first.pods * first.nproc
         first.max_pods = 2
     g = first.ranks * first.batch
-    pod_fault = fault in ("pod-lost", "pod-replaced", "pod-added")
+    pod_fault = fault in ("pod-lost", "pod-replaced", "pod-added") or network
     # Pods come and go while the job runs: enough steps that it is still running when they do.
     steps = (rng.randint(6, 8) if fault == "pod-added" else rng.randint(4, 6) if pod_fault
              else rng.randint(2, 4))
@@ -148,8 +176,14 @@ def draw(seed):
     divisors = [c for c in (5, 4, 3, 2) if records % c == 0]
     classes = divisors[0] if divisors else records
     source = "generated" if rng.random() < 0.25 else "tfrecord"
+    # The network fault's draws, apart, so that the draws below stay as they were.
+    net = random.Random(seed * 7841 + 3)
+    lost, how, outage_s = net.randrange(first.ranks), net.choice(["blackhole", "link_down"]), \
+        net.randint(5, 25)
+    # A job that must restart: a host lost under mpirun, or torchrun's rendezvous host.
+    restarts = fault == "host-lost" and (launcher == "mpirun" or lost == 0)
     relaunch = None
-    if not pod_fault:
+    if not pod_fault or restarts:
         if rng.random() < 0.5:
             relaunch = dataclasses.replace(first)  # the same job started again
         else:  # a resize by relaunch: another launcher, world size or batch size
@@ -164,6 +198,10 @@ def draw(seed):
         prefetch=rng.randint(1, 3), epochs=3 if pod_fault else rng.choice([2, 3]),
         log_every=rng.choice([1, 1, 2]), checkpoint_every=2, keep=rng.choice([2, 3]),
         timeout_s=rng.choice([20, 25, 30]))
+    if network:
+        scenario.timeout_s = DEFAULT_COLLECTIVE_TIMEOUT_S
+        scenario.lost, scenario.how, scenario.outage_s = lost, how, outage_s
+        scenario.epochs = 2
     # Now and then the shipped intervals, drawn apart so that the draws above stay as they were.
     shipped = random.Random(seed * 7919 + 17)
     if shipped.random() < 0.3:

@@ -23,6 +23,11 @@ shipped configs' own, which a short run never reaches), and one fault at a rando
   disk-full-checkpoint  checkpoints on a small tmpfs: exit 2 with "free space on the output
                         volume" and no partial file; a relaunch with space resumes
   disk-full-tensorboard TensorBoard on a small tmpfs: training goes on
+  host-lost             on hosts made of network namespaces, one rank each: a host blackholed or
+                        its link cut; every process ends within two minutes naming it and the
+                        relaunch resumes, or (a torchrun worker's) the survivors re-form and
+                        finish (tests/run/chaos_network.py)
+  outage                the same hosts, one blackholed for 5-25 s and healed: nothing ends
 A relaunch may change the launcher, the world size or the batch size (a resize by relaunch).
 
 After each scenario: every wait had a deadline and stopped when its process died; the exit
@@ -57,8 +62,9 @@ import pytest
 
 from chaos_jobs import (KUBECTL, LOG_TIME, PYTHON, TORCHRUN, ScenarioFailed, comm,
                         processes_holding)
+from chaos_network import network_unavailable
 from chaos_run import Run
-from chaos_scenarios import KINDS, draw
+from chaos_scenarios import KINDS, NETWORK_FAULTS, draw
 from conftest import ROOT, binary
 
 BASE_SEED = 1000
@@ -120,6 +126,8 @@ def available(kind):
         return False
     if launcher == "torchrun" and not (TORCHRUN.exists() and KUBECTL):
         return False
+    if fault in NETWORK_FAULTS and network_unavailable():
+        return False
     if fault.startswith("disk-full") and subprocess.run(
             ["unshare", "-rm", "true"], capture_output=True, timeout=30).returncode != 0:
         return False
@@ -162,8 +170,9 @@ def seeds(base, wanted):
                 yield seed
 
 
-# Rough seconds a scenario takes on a busy 2-core machine, to stop before the budget runs out.
-COST_S = {"alone": 15, "mpirun": 25, "torchrun": 45}
+# Rough seconds a scenario takes on a busy 2-core machine, to stop before the budget runs out:
+# by launcher, and for a network fault (a host lost is found after liveness_timeout_s).
+COST_S = {"alone": 15, "mpirun": 25, "torchrun": 45, "network": 90}
 
 
 def replay_command(seed):
@@ -238,7 +247,7 @@ def test_chaos(tmp_path, bins, datasets, record_property, capsys):
         elapsed = time.monotonic() - started
         scenario = draw(seed)
         if not replay and len(results) >= MIN_SCENARIOS and \
-                elapsed + COST_S[scenario.launcher] > budget:
+                elapsed + COST_S["network" if scenario.on_hosts else scenario.launcher] > budget:
             break
         folder = tmp_path / f"seed-{seed}"
         folder.mkdir()
