@@ -10,7 +10,10 @@ lost"):
              finish, or, the rendezvous host lost, every pod ends and the relaunch resumes
   outage     a host blackholed for 5-25 s, then healed: nothing ends, nobody is named, the job
              finishes at the world it started with
+  slow-link  a host's link slow for 5-25 s (every packet held 5 ms each way, 0.2% lost: the
+             NFQUEUE delay line, tests/distributed/delay_line.py), then healed: the same
 """
+import importlib.util
 import os
 import sys
 import time
@@ -35,8 +38,10 @@ def hosts_for(scenario):
                  prefix=f"c{os.getpid() % 100000}")
 
 
-def network_unavailable():
-    """Why hosts cannot be made here, or None."""
+def network_unavailable(fault):
+    """Why `fault`'s hosts cannot be made here, or None."""
+    if fault == "slow-link" and importlib.util.find_spec("netfilterqueue") is None:
+        return "NetfilterQueue is missing: run scripts/setup.sh"
     return missing_tools()
 
 
@@ -89,20 +94,31 @@ def fault_host_lost(run):
 
 
 def fault_outage(run):
+    survive_a_while(run, run.hosts.blackhole, f"a {run.s.outage_s} s outage")
+
+
+def fault_slow_link(run):
+    survive_a_while(run, lambda host: run.hosts.slow_link(host, delay_ms=5, loss=0.002),
+                    f"{run.s.outage_s} s of a slow link")
+
+
+def survive_a_while(run, fault, what):
+    """`fault` made at the drawn step on the drawn host, healed `outage_s` later: nothing ends,
+    nobody is named lost, no group re-forms, and the job finishes."""
     s = run.s
     job = launch_to_fault(run)
     if not job:
         return
-    run.hosts.blackhole(struck_host(run))
+    fault(struck_host(run))
     time.sleep(s.outage_s)
     run.hosts.heal()
-    rcs = job.wait_end(run.bound(), f"the job after a {s.outage_s} s outage")
+    rcs = job.wait_end(run.bound(), f"the job after {what}")
     log = job.log()
-    check(all(rc == 0 for rc in rcs), f"status {rcs} after a {s.outage_s} s outage")
-    check("no word from" not in log and "cut off" not in log,
-          f"a {s.outage_s} s outage was taken for a lost host")
+    check(all(rc == 0 for rc in rcs), f"status {rcs} after {what}")
+    check("no word from" not in log and "cut off" not in log, f"{what} was taken for a lost host")
     worlds = sorted({w for _, w in run.rounds()})
-    check(worlds == [s.first.ranks], f"rounds' worlds {worlds} after a {s.outage_s} s outage")
+    check(worlds == [s.first.ranks], f"rounds' worlds {worlds} after {what}")
 
 
-NETWORK_FAULTS = {"host-lost": fault_host_lost, "outage": fault_outage}
+NETWORK_FAULTS = {"host-lost": fault_host_lost, "outage": fault_outage,
+                  "slow-link": fault_slow_link}

@@ -31,10 +31,10 @@ KINDS = {
     ("torchrun", "pod-lost"): 2, ("torchrun", "pod-replaced"): 2, ("torchrun", "pod-added"): 2,
     ("torchrun", "sigterm"): 1,
     ("mpirun", "host-lost"): 1, ("torchrun", "host-lost"): 1, ("mpirun", "outage"): 1,
-    ("torchrun", "outage"): 1,
+    ("torchrun", "outage"): 1, ("mpirun", "slow-link"): 1, ("torchrun", "slow-link"): 1,
 }
 # Faults of the network, played on hosts made of network namespaces, one rank a host.
-NETWORK_FAULTS = {"host-lost", "outage"}
+NETWORK_FAULTS = {"host-lost", "outage", "slow-link"}
 # What ends a job that loses a host is the liveness signal (liveness_timeout_s, 45 s), not the
 # collective's deadline: theirs is the default, which no shipped config changes.
 DEFAULT_COLLECTIVE_TIMEOUT_S = 300
@@ -85,7 +85,7 @@ class Scenario:
     also_sigterm: bool = False  # disk-full-tensorboard: a SIGTERM stop too
     lost: int = 0  # network faults: the rank (mpirun) or pod (torchrun) whose host it strikes
     how: str = ""  # host-lost: "blackhole" (its frames dropped) or "link_down"
-    outage_s: int = 0  # outage: how long its host is blackholed before it heals
+    outage_s: int = 0  # outage, slow-link: how long the fault lasts before it heals
 
     @property
     def on_hosts(self):
@@ -121,6 +121,9 @@ class Scenario:
             fault = f"{self.how} of {self.lost_name}'s host at step {self.fault_step}"
         elif self.fault == "outage":
             fault = f"{self.outage_s} s outage of {self.lost_name}'s host at step {self.fault_step}"
+        elif self.fault == "slow-link":
+            fault = (f"{self.outage_s} s of a slow link at {self.lost_name}'s host at step "
+                     f"{self.fault_step}")
         if self.fault == "disk-full-checkpoint" or (self.tmpfs and not self.also_sigterm):
             fault = self.fault  # the volume fills when it fills
         if self.tmpfs:

@@ -28,6 +28,7 @@ shipped configs' own, which a short run never reaches), and one fault at a rando
                         relaunch resumes, or (a torchrun worker's) the survivors re-form and
                         finish (tests/run/chaos_network.py)
   outage                the same hosts, one blackholed for 5-25 s and healed: nothing ends
+  slow-link             the same hosts, one's link slow (5 ms each way, 0.2% lost) for 5-25 s
 A relaunch may change the launcher, the world size or the batch size (a resize by relaunch).
 
 After each scenario: every wait had a deadline and stopped when its process died; the exit
@@ -126,7 +127,7 @@ def available(kind):
         return False
     if launcher == "torchrun" and not (TORCHRUN.exists() and KUBECTL):
         return False
-    if fault in NETWORK_FAULTS and network_unavailable():
+    if fault in NETWORK_FAULTS and network_unavailable(fault):
         return False
     if fault.startswith("disk-full") and subprocess.run(
             ["unshare", "-rm", "true"], capture_output=True, timeout=30).returncode != 0:
