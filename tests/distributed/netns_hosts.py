@@ -5,8 +5,8 @@ host also gets a UTS namespace named after it, so the job's logs name the hosts 
 would, and `ip netns exec`'s /etc/netns/HOST/hosts makes every host's name resolve on every
 other. Faults are made at the bridge, as a node whose network dies looks to the others: frames
 to and from a host dropped silently (ebtables: no RST, no ICMP), or its link down; or a host's
-link capped (tc's token bucket, both ways), or made slow (every packet delayed and some lost, by
-iptables in its namespace: a share dropped at random, the rest queued to delay_line.py).
+link capped (tc's token bucket, both ways), or made slow (iptables in its namespace queues every
+packet to delay_line.py, which holds each and drops a share at random).
 """
 import os
 import shutil

@@ -19,7 +19,7 @@ from netns_hosts import hosts_maker  # noqa: F401 (a fixture)
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "run"))  # the PyTorchJob the chaos test has
 from chaos_history import rounds_of, trained_per_epoch  # noqa: E402
-from chaos_jobs import (LOG_TIME, TORCHRUN, mpijob_launcher, operator_env, pytorchjob,  # noqa: E402
+from chaos_jobs import (LOG_TIME, TORCHRUN, mpirun_on_hosts, operator_env, pytorchjob,  # noqa: E402
                         worker_container)
 
 START_S = 180  # launch to checkpoint 10 on a busy machine
@@ -59,20 +59,15 @@ class Job:
     def __init__(self, hosts, folder, images):
         self.hosts, self.folder = hosts, folder
         self.out = folder / "run"
-        self.workers = hosts.names[1:]
         config = folder / "trainer.toml"
         config.write_text(settings(self.out, images))
-        hostfile = folder / "hostfile"
-        hostfile.write_text("".join(f"{h} slots=1\n" for h in self.workers))
-        args, env = mpijob_launcher(len(self.workers), binary("train").resolve(), config)
-        argv = [str(ROOT / "docker" / "entrypoint.sh"), "mpirun", "--hostfile", str(hostfile),
-                "--mca", "plm_rsh_agent", str(hosts.rsh_agent(folder)), *args]
+        argv, env = mpirun_on_hosts(hosts, folder / "hostfile", ROOT / "docker" / "entrypoint.sh",
+                                    binary("train").resolve(), config)
         self.log = folder / "launcher.log"
         with open(self.log, "w") as log:
-            self.proc = subprocess.Popen(hosts.on(hosts.names[0], argv), stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True,
-                                         env={"LD_LIBRARY_PATH": "", **os.environ, **ENV, **env},
-                                         cwd=folder)
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True, cwd=folder,
+                                         env={"LD_LIBRARY_PATH": "", **os.environ, **ENV, **env})
 
     def text(self):
         return self.log.read_text(errors="replace")

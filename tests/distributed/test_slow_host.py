@@ -22,7 +22,7 @@ pytest.importorskip("netfilterqueue", reason="NetfilterQueue is missing: run scr
 
 SEEN_WITHIN_S = 90  # a few log intervals (5 steps each) of the slowed job
 # The slow link's delay each way: each round trip crosses it twice. Steps of the all-reduce wait
-# on the round trips: at 10 ms more each (and 0.2% loss) the step took 25 times as long (7.5 s).
+# on the round trips: at 10 ms more each (and 0.2% loss) the step took 25 times as long (7 s).
 DELAY_MS = 5
 
 

@@ -145,6 +145,18 @@ def mpijob_launcher(ranks, train, config):
     return args, {e["name"]: e["value"] for e in container.get("env", [])}
 
 
+def mpirun_on_hosts(hosts, hostfile, entrypoint, train, config, options=()):
+    """mpirun as the MPIJob's launcher runs it, across netns_hosts.Hosts `hosts`: through the
+    image's entrypoint on the first host, with the manifest's options and environment, one rank
+    of `train` on each other host (`hostfile` written, an rsh agent beside it): argv and the
+    launcher's environment."""
+    hostfile.write_text("".join(f"{h} slots=1\n" for h in hosts.names[1:]))
+    args, env = mpijob_launcher(len(hosts.names) - 1, train, config)
+    argv = [str(entrypoint), "mpirun", "--hostfile", str(hostfile), *options, "--mca",
+            "plm_rsh_agent", str(hosts.rsh_agent(hostfile.parent)), *args]
+    return hosts.on(hosts.names[0], argv), env
+
+
 def worker_container(job):
     (container,) = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
     return container
@@ -207,23 +219,14 @@ class Job:
             return argv
         return [*argv, "-np", str(self.phase.ranks), *train]
 
-    def on_hosts(self):
-        """mpirun as the MPIJob's launcher runs it (through the image's entrypoint, with its
-        options and environment) on the first host, a rank on each other: argv, environment."""
-        hostfile = self.run.dir / f"{self.name}-hostfile"
-        hostfile.write_text("".join(f"{h} slots=1\n" for h in self.hosts.names[1:]))
-        args, env = mpijob_launcher(self.phase.ranks, self.run.bins["train"], self.config)
-        argv = [str(self.run.bins["entrypoint"]), "mpirun", "--hostfile", str(hostfile),
-                "-x", "TRAINER_SAMPLE_TRACE", "--mca", "plm_rsh_agent",
-                str(self.hosts.rsh_agent(self.run.dir)), *args]
-        return self.hosts.on(self.hosts.names[0], argv), env
-
     def start(self, volume=None, size=""):
         """Starts the job; `volume`: a folder given a tmpfs of `size` in a mount namespace."""
         env = {**os.environ, **MPI_ENV, "TRAINER_SAMPLE_TRACE": str(self.run.trace)}
         argv = self.argv()
         if self.hosts:
-            argv, launcher_env = self.on_hosts()
+            argv, launcher_env = mpirun_on_hosts(
+                self.hosts, self.run.dir / f"{self.name}-hostfile", self.run.bins["entrypoint"],
+                self.run.bins["train"], self.config, options=["-x", "TRAINER_SAMPLE_TRACE"])
             env.update(launcher_env)
             env.setdefault("LD_LIBRARY_PATH", "")  # which the launcher's options -x
         if volume is not None:

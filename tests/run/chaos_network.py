@@ -94,23 +94,23 @@ def fault_host_lost(run):
 
 
 def fault_outage(run):
-    survive_a_while(run, run.hosts.blackhole, f"a {run.s.outage_s} s outage")
+    survive_a_while(run, run.hosts.blackhole, f"a {run.s.lasts_s} s outage")
 
 
 def fault_slow_link(run):
     survive_a_while(run, lambda host: run.hosts.slow_link(host, delay_ms=5, loss=0.002),
-                    f"{run.s.outage_s} s of a slow link")
+                    f"{run.s.lasts_s} s of a slow link")
 
 
 def survive_a_while(run, fault, what):
-    """`fault` made at the drawn step on the drawn host, healed `outage_s` later: nothing ends,
+    """`fault` made at the drawn step on the drawn host, healed `lasts_s` later: nothing ends,
     nobody is named lost, no group re-forms, and the job finishes."""
     s = run.s
     job = launch_to_fault(run)
     if not job:
         return
     fault(struck_host(run))
-    time.sleep(s.outage_s)
+    time.sleep(s.lasts_s)
     run.hosts.heal()
     rcs = job.wait_end(run.bound(), f"the job after {what}")
     log = job.log()
@@ -120,5 +120,6 @@ def survive_a_while(run, fault, what):
     check(worlds == [s.first.ranks], f"rounds' worlds {worlds} after {what}")
 
 
-NETWORK_FAULTS = {"host-lost": fault_host_lost, "outage": fault_outage,
-                  "slow-link": fault_slow_link}
+# Each network fault's function, by the name the draw gives it (chaos_scenarios.NETWORK_FAULTS).
+FAULTS_ON_HOSTS = {"host-lost": fault_host_lost, "outage": fault_outage,
+                   "slow-link": fault_slow_link}

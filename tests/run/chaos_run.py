@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 
 from chaos_faults import FAULTS
-from chaos_network import LOST_WITHIN_S, NETWORK_FAULTS, hosts_for
+from chaos_network import FAULTS_ON_HOSTS, LOST_WITHIN_S, hosts_for
 from chaos_history import rounds_of, trained_per_epoch
 from chaos_jobs import (LOG_TIME, START_S, STOP_WITHIN_STEPS, Job, ScenarioFailed, check,
                         log_time, traced_step)
@@ -147,7 +147,7 @@ class Run:
     def play(self):
         if self.s.on_hosts:
             with hosts_for(self.s) as self.hosts:
-                NETWORK_FAULTS[self.s.fault](self)
+                FAULTS_ON_HOSTS[self.s.fault](self)
         else:
             FAULTS[self.s.fault](self)
         self.check_all()

@@ -85,7 +85,7 @@ class Scenario:
     also_sigterm: bool = False  # disk-full-tensorboard: a SIGTERM stop too
     lost: int = 0  # network faults: the rank (mpirun) or pod (torchrun) whose host it strikes
     how: str = ""  # host-lost: "blackhole" (its frames dropped) or "link_down"
-    outage_s: int = 0  # outage, slow-link: how long the fault lasts before it heals
+    lasts_s: int = 0  # outage, slow-link: how long the fault lasts before it heals
 
     @property
     def on_hosts(self):
@@ -120,9 +120,9 @@ class Scenario:
         if self.fault == "host-lost":
             fault = f"{self.how} of {self.lost_name}'s host at step {self.fault_step}"
         elif self.fault == "outage":
-            fault = f"{self.outage_s} s outage of {self.lost_name}'s host at step {self.fault_step}"
+            fault = f"{self.lasts_s} s outage of {self.lost_name}'s host at step {self.fault_step}"
         elif self.fault == "slow-link":
-            fault = (f"{self.outage_s} s of a slow link at {self.lost_name}'s host at step "
+            fault = (f"{self.lasts_s} s of a slow link at {self.lost_name}'s host at step "
                      f"{self.fault_step}")
         if self.fault == "disk-full-checkpoint" or (self.tmpfs and not self.also_sigterm):
             fault = self.fault  # the volume fills when it fills
@@ -181,7 +181,7 @@ def draw(seed):
     source = "generated" if rng.random() < 0.25 else "tfrecord"
     # The network fault's draws, apart, so that the draws below stay as they were.
     net = random.Random(seed * 7841 + 3)
-    lost, how, outage_s = net.randrange(first.ranks), net.choice(["blackhole", "link_down"]), \
+    lost, how, lasts_s = net.randrange(first.ranks), net.choice(["blackhole", "link_down"]), \
         net.randint(5, 25)
     # A job that must restart: a host lost under mpirun, or torchrun's rendezvous host.
     restarts = fault == "host-lost" and (launcher == "mpirun" or lost == 0)
@@ -203,7 +203,7 @@ def draw(seed):
         timeout_s=rng.choice([20, 25, 30]))
     if network:
         scenario.timeout_s = DEFAULT_COLLECTIVE_TIMEOUT_S
-        scenario.lost, scenario.how, scenario.outage_s = lost, how, outage_s
+        scenario.lost, scenario.how, scenario.lasts_s = lost, how, lasts_s
         scenario.epochs = 2
     # Now and then the shipped intervals, drawn apart so that the draws above stay as they were.
     shipped = random.Random(seed * 7919 + 17)
