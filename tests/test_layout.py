@@ -235,11 +235,12 @@ def test_each_config_key_is_declared_once():
 
 
 # The units that read Config: the configuration itself and the wiring that makes each part's
-# options from it (src/part_options.h, src/sources.h). The parts, the training loop and the
-# checkpoints among them, get their own options instead.
+# options from it (src/part_options.h, src/sources.h), in `train` and in bench-step, which wires
+# each trial as `train` does. The parts, the training loop and the checkpoints among them, get
+# their own options instead.
 CONFIG_READERS = {"src/config/config", "src/config/choices", "src/config/validate",
                   "src/data_classes", "src/device", "src/main_train", "src/part_options",
-                  "src/run/plan", "src/sources"}
+                  "src/run/plan", "src/sources", "src/tools/bench_step"}
 
 
 def test_only_the_wiring_reads_the_configuration():

@@ -15,9 +15,9 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 bundle=$stage/bundle
 mkdir -p "$bundle/bin" "$bundle/lib"
-for binary in train bench-allreduce bench-conv-fusion bench-max-pool bench-input generate-dataset \
-  make-tfrecords index-tfrecords verify-tfrecords tests/trainer_tests tests/data_tests tests/distributed_tests \
-  tests/resnet_parity_tool; do
+for binary in train bench-allreduce bench-conv-fusion bench-max-pool bench-step bench-input \
+  generate-dataset make-tfrecords index-tfrecords verify-tfrecords tests/trainer_tests \
+  tests/data_tests tests/distributed_tests tests/resnet_parity_tool; do
   cp "$build/$binary" "$bundle/bin/"
 done
 

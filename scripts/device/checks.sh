@@ -14,9 +14,9 @@
 #   graph      the step as a CUDA graph (cuda_graph) against the eager step under `mpirun -np 1`
 #              (the gradient all-reduce recorded in the graph), fp16 at batch 32 (the graph alone:
 #              the train stage)
-#   stem       the stem convolution's forms: the 7x7/2 convolution of 3 or 8 input channels
-#              (stem_input_channels) and the 4x4/1 one over 2x2 pixel blocks
-#              (stem_space_to_depth, the default), bf16 and fp16 at batch 256
+#   stem       the stem convolution's forms, alternated in one process (bench-step): the 7x7/2
+#              convolution of 3 or 8 input channels (stem_input_channels) and the 4x4/1 one over
+#              2x2 pixel blocks (stem_space_to_depth), bf16 and fp16 at batch 256, eager
 #   v100       configs/p3.16xlarge.toml's work per GPU (ResNet-50, fp16, 256 images of 224 px) in
 #              a 16 GB V100's memory (gpu_memory_gib 15), eager and with the step as a CUDA graph:
 #              generated images, each epoch 6 full steps, a short one and an evaluation; then
@@ -33,12 +33,13 @@
 #   profile    where the step's time goes: `train --benchmark --profile_steps 2` (ResNet-50, batch
 #              256) in fp16 and in bf16, each trace summarised by scripts/dev/trace_summary.py
 #              (kernels by kind and by name, per step)
-#   train      scripts/bench/train.sh: this trainer (CUDA graph, eager, eager on ATen's batch
-#              norm and max pooling) next to PyTorch eager and compiled, fp16 and bf16 at batch
-#              256 and 32 (TRAIN_RUNS), each ending in its table row; COMPILE_MODES,
-#              MAX_AUTOTUNE_CONV and REPEATS pass through (default: reduce-overhead and
-#              max-autotune, 3 alternated repeats; max-autotune's first compile takes minutes,
-#              MAX_AUTOTUNE_CONV=ATEN a fraction of that, and repeats reuse Inductor's cache)
+#   train      scripts/bench/train.sh: this trainer (CUDA graph, each of TRIALS with the graph,
+#              eager, eager on ATen's batch norm and max pooling) next to PyTorch eager and
+#              compiled, fp16 and bf16 at batch 256 and 32 (TRAIN_RUNS), rounds alternated across
+#              all of them, ending in the table's rows; TRIALS, COMPILE_MODES, MAX_AUTOTUNE_CONV,
+#              REPEATS, ATEN_ROW and BUDGET_S pass through (default: reduce-overhead and
+#              max-autotune, 3 rounds; max-autotune's first compile takes minutes,
+#              MAX_AUTOTUNE_CONV=ATEN a fraction of that, and later rounds reuse Inductor's cache)
 #   pipeline   TFRecords into the GPU: generated ImageNet-sized JPEGs as TFRecords, bench-input on
 #              one core and on all, then ResNet-50 (fp16) trained on them for 3 epochs
 #   recipes    every configs/recipes/*.toml in benchmark mode (synthetic data, its precision, batch
@@ -46,12 +47,20 @@
 #   techniques the recipes' techniques on the GPU: `train --benchmark` (bf16) with each one on
 #              against none, then the smoke run in fp16 with all of them on (EMA evaluated)
 # Usage: [TRAIN_ARGS="--cuda_graph true"] scripts/device/checks.sh [STAGE ...]
+#        scripts/device/checks.sh decide
+# decide: the one call that decides the step's defaults, within DECIDE_BUDGET_S (default 450)
+# seconds: tests; v100 and graph with every candidate key on (CANDIDATES, default
+# "--stem_space_to_depth true --fused_residual_gradient true"); then the train stage at every
+# TRAIN_RUNS with each candidate alone, both, and the 8-channel stem as TRIALS, against
+# reduce-overhead and max-autotune with ATen's convolutions, 3 rounds, in what is left of the
+# budget (no run starts past it). Its table says which configuration is the defaults and how each
+# trial fared against the graph round by round.
 # TRAIN_RUNS: the train stage's PRECISION:BATCH runs (default "fp16:256 bf16:256 fp16:32 bf16:32").
-# TRIAL_ARGS: keys the train stage also measures with the graph, in the same runs (scripts/bench/train.sh),
-# e.g. TRIAL_ARGS="--fused_residual_gradient true".
+# TRIALS: key sets the train stage also measures with the graph, separated by ";"
+# (scripts/bench/train.sh), e.g. TRIALS="--fused_residual_gradient true; --stem_input_channels 8".
 # GPU_TESTS: the tests stage's gtest filter of trainer_tests (default every *Gpu suite).
-# TRAIN_ARGS: keys added to every run of `train` in the numerics, profile, recipes, techniques and
-# pipeline stages (e.g. every recipe with the step as a CUDA graph).
+# TRAIN_ARGS: keys added to every run of `train` in the graph, v100, numerics, profile, recipes,
+# techniques and pipeline stages (e.g. every recipe with the step as a CUDA graph).
 # Output goes to the terminal and to $OUT/device-checks.log (OUT defaults to /tmp/device-out),
 # with each stage's seconds. A failing stage does not stop the next ones; the script then ends
 # by naming the failed stages, with exit status 1.
@@ -61,6 +70,19 @@ stages=("$@")
 [ ${#stages[@]} -gt 0 ] ||
   stages=(tests graph stem v100 numerics fusion profile overhead allreduce train pipeline recipes
     techniques)
+decide_budget=0
+if [ "${stages[*]}" = decide ]; then
+  decide_budget=${DECIDE_BUDGET_S:-450}
+  s2d="--stem_space_to_depth true" residual="--fused_residual_gradient true"
+  export TRAIN_ARGS=${TRAIN_ARGS:-${CANDIDATES:-$s2d $residual}}
+  export TRIALS=${TRIALS:-"$s2d; $residual; $s2d $residual; --stem_input_channels 8"}
+  # This trainer's rounds first, PyTorch's runs once after them, 50 timed steps on both sides: a
+  # fresh machine compiles PyTorch's model anew for every precision and batch.
+  export COMPILE_MODES=${COMPILE_MODES:-reduce-overhead max-autotune}
+  export MAX_AUTOTUNE_CONV=${MAX_AUTOTUNE_CONV-ATEN} REPEATS=${REPEATS:-3} ATEN_ROW=${ATEN_ROW:-0}
+  export PEER_ROUNDS=${PEER_ROUNDS:-1} STEPS=${STEPS:-50} WARMUP_STEPS=${WARMUP_STEPS:-10}
+  stages=(tests v100 graph train)
+fi
 known=" tests overhead allreduce graph stem v100 numerics fusion profile train pipeline recipes techniques "
 for stage in "${stages[@]}"; do
   [[ $known == *" $stage "* ]] || {
@@ -115,19 +137,16 @@ run_stage() {
       # The graph alone is measured by the train stage; here, with the gradient all-reduce in it.
       for graph in false true; do
         echo "-- mpirun -np 1, fp16 batch 32, cuda_graph $graph"
-        mpirun -np 1 "${benchmark[@]}" --batch_size 32 --cuda_graph "$graph" 2>&1 |
-          grep -E 'benchmark |CUDA graph|error'
+        mpirun -np 1 "${benchmark[@]}" --batch_size 32 "${train_args[@]}" \
+          --cuda_graph "$graph" 2>&1 | grep -E 'benchmark |CUDA graph|error'
       done
       ;;
     stem)
       for precision in bf16 fp16; do
-        for form in "--stem_space_to_depth false --stem_input_channels 3" \
-          "--stem_space_to_depth false --stem_input_channels 8" "--stem_space_to_depth true"; do
-          echo "-- $precision batch 256 $form"
-          # shellcheck disable=SC2086  # the form's key and value, split
-          "${benchmark[@]}" --precision "$precision" $form 2>&1 |
-            grep -E 'benchmark |error'
-        done
+        bench-step --repeats 1 --trial "3-channel=--stem_input_channels 3" \
+          --trial "8-channel=--stem_input_channels 8" \
+          --trial "space-to-depth=--stem_space_to_depth true" \
+          -- "${benchmark[@]:1}" --precision "$precision" --batch_size 256
       done
       ;;
     allreduce) mpirun -np 1 bench-allreduce ;;
@@ -163,7 +182,8 @@ run_stage() {
         train --config "$root/configs/p3.16xlarge.toml" --data_source generated --num_classes 10 \
           --generated_classes 10 --generated_train_images 1636 --generated_val_images 512 \
           --epoch_order global --epochs 2 --warmup_epochs 1 --log_every_steps 1 \
-          --gpu_memory_gib 15 --cuda_graph "$graph" --output_dir "${TMPDIR:-/tmp}/device-v100" \
+          --gpu_memory_gib 15 "${train_args[@]}" --cuda_graph "$graph" \
+          --output_dir "${TMPDIR:-/tmp}/device-v100" \
           >"$log" 2>&1 || status=$?
         grep -E -A1 'GPU memory|CUDA graph|img/s|eval epoch|final|error' "$log" || true
         [ "$status" -eq 0 ] || {
@@ -182,9 +202,10 @@ run_stage() {
       ;;
     train)
       read -r -a runs <<<"${TRAIN_RUNS:-fp16:256 bf16:256 fp16:32 bf16:32}"
-      for run in "${runs[@]}"; do
-        BUILD_DIR=$bundle/bin PYTHON=python3 "$root/scripts/bench/train.sh" "${run%:*}" "${run#*:}"
-      done
+      # Within decide, what is left of its budget (at least a minute: one round of this trainer).
+      [ "$decide_budget" -eq 0 ] ||
+        export BUDGET_S=$((decide_budget - SECONDS > 60 ? decide_budget - SECONDS : 60))
+      BUILD_DIR=$bundle/bin PYTHON=python3 "$root/scripts/bench/train.sh" "${runs[@]}"
       ;;
     pipeline)
       data=${TMPDIR:-/tmp}/device-records
