@@ -97,16 +97,26 @@ double IntervalLog::flush(Trainer& trainer, const BatchSource& train, const Posi
 // a "rank" event, to TensorBoard as rank_<R>/..., so that an operator sees which node to drain.
 IntervalLog::RankSpread IntervalLog::rank_spread(Trainer& trainer, int64_t step,
                                                  MetricsLog& metrics) const {
-  const double wait = data_wait_ms_ / std::max<int64_t>(steps_, 1);
+  const double steps = static_cast<double>(std::max<int64_t>(steps_, 1));
+  const double wait = data_wait_ms_ / steps;
   const StepTimes mine = trainer.take_step_times();  // the interval's, on every rank
   ProcessGroup* group = trainer.group();
   if (!group || group->size() == 1) return {wait, 0};
+  // The interval's wall time a step less the step's parts: what this rank did between its steps
+  // (rank 0's checkpoint writes, which its peers wait for in their next all-reduce).
+  const double wall_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count() /
+      steps;
+  const double parts =
+      wait + mine.compute_ms + (std::isnan(mine.allreduce_ms) ? 0 : mine.allreduce_ms);
   const std::vector<double> compute = group->allgather(mine.compute_ms);
   const std::vector<double> waits = group->allgather(wait);
   const std::vector<double> allreduce = group->allgather(mine.allreduce_ms);
   const std::vector<double> link = group->allgather(link_round_trip_ms());
+  const std::vector<double> outside = group->allgather(std::max(0.0, wall_ms - parts));
   std::vector<RankTimes> ranks(group->size());
-  for (int r = 0; r < group->size(); ++r) ranks[r] = {waits[r], compute[r], allreduce[r], link[r]};
+  for (int r = 0; r < group->size(); ++r)
+    ranks[r] = {waits[r], compute[r], allreduce[r], link[r], outside[r]};
   const SlowRank slow = find_slow_rank(ranks);
   const auto [lo, hi] = std::minmax_element(compute.begin(), compute.end());
   const double longest_wait = *std::max_element(waits.begin(), waits.end());
@@ -126,7 +136,8 @@ IntervalLog::RankSpread IntervalLog::rank_spread(Trainer& trainer, int64_t step,
                               {"rank", int64_t{r}},
                               {"host", group->hosts()[r]},
                               {"input_wait_ms", waits[r]},
-                              {"compute_ms", compute[r]}};
+                              {"compute_ms", compute[r]},
+                              {"outside_steps_ms", outside[r]}};
     if (!std::isnan(allreduce[r])) fields.emplace_back("allreduce_ms", allreduce[r]);
     if (!std::isnan(link[r])) fields.emplace_back("link_ms", link[r]);
     metrics.write("rank", fields);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <utility>
 
 namespace trainer {
 namespace {
@@ -45,31 +46,44 @@ int largest(const std::vector<double>& values) {
   return best;
 }
 
+// A figure that was not measured counts as nothing.
+double known(double ms) { return std::isnan(ms) ? 0 : ms; }
+
+// Which of a straggler's parts is furthest over its median over the ranks: what holds it.
+SlowRank held_by(const std::vector<RankTimes>& ranks, int rank) {
+  const std::vector<std::pair<HeldBy, double RankTimes::*>> parts = {
+      {HeldBy::kInput, &RankTimes::input_ms},
+      {HeldBy::kCompute, &RankTimes::compute_ms},
+      {HeldBy::kOutside, &RankTimes::outside_ms}};
+  SlowRank slow{rank, HeldBy::kNothing, 0, 0};
+  double most = -INFINITY;
+  for (const auto& [part, ms] : parts) {
+    const double median_ms = median(figure(ranks, [ms = ms](const RankTimes& t) { return t.*ms; }));
+    const double over = known(ranks[rank].*ms) - known(median_ms);
+    if (over > most) {
+      most = over;
+      slow = {rank, part, ranks[rank].*ms, median_ms};
+    }
+  }
+  return slow;
+}
+
 }  // namespace
 
 SlowRank find_slow_rank(const std::vector<RankTimes>& ranks) {
-  const auto busy = figure(ranks, [](const RankTimes& r) { return r.input_ms + r.compute_ms; });
+  const auto busy = figure(
+      ranks, [](const RankTimes& r) { return r.input_ms + r.compute_ms + known(r.outside_ms); });
   SlowRank slow;
   slow.rank = largest(busy);
   slow.figure_ms = busy[slow.rank];
   slow.median_ms = median(busy);
   if (ranks.size() < 2) return slow;
   const double step_ms = median(figure(ranks, [](const RankTimes& r) {
-    return r.input_ms + r.compute_ms + (std::isnan(r.allreduce_ms) ? 0 : r.allreduce_ms);
+    return r.input_ms + r.compute_ms + known(r.allreduce_ms) + known(r.outside_ms);
   }));
   if (busy[slow.rank] - slow.median_ms >
-      std::max({kOverMedian * slow.median_ms, kOverMedianMs, kOfStep * step_ms})) {
-    const RankTimes& r = ranks[slow.rank];
-    const double input_median =
-        median(figure(ranks, [](const RankTimes& t) { return t.input_ms; }));
-    const double compute_median =
-        median(figure(ranks, [](const RankTimes& t) { return t.compute_ms; }));
-    const bool input = r.input_ms - input_median > r.compute_ms - compute_median;
-    slow.held_by = input ? HeldBy::kInput : HeldBy::kCompute;
-    slow.figure_ms = input ? r.input_ms : r.compute_ms;
-    slow.median_ms = input ? input_median : compute_median;
-    return slow;
-  }
+      std::max({kOverMedian * slow.median_ms, kOverMedianMs, kOfStep * step_ms}))
+    return held_by(ranks, slow.rank);
   const auto link = figure(ranks, [](const RankTimes& r) { return r.link_ms; });
   const int slowest_link = largest(link);
   const double link_median = median(link);
@@ -90,6 +104,8 @@ const char* held_by_name(HeldBy held_by) {
       return "input";
     case HeldBy::kCompute:
       return "compute";
+    case HeldBy::kOutside:
+      return "outside_steps";
     case HeldBy::kLink:
       return "link";
     case HeldBy::kNothing:
@@ -112,6 +128,11 @@ std::string describe_slow_rank(const SlowRank& slow, const std::vector<RankTimes
       return fmt::format(
           "{} holds the step back: its compute, {:.1f} ms against a median of {:.1f} ms (its "
           "GPU's clocks or its CPU)",
+          who, slow.figure_ms, slow.median_ms);
+    case HeldBy::kOutside:
+      return fmt::format(
+          "{} holds the step back: its time outside the steps, {:.1f} ms a step against a "
+          "median of {:.1f} ms (writing checkpoints, evaluating: its storage or CPU)",
           who, slow.figure_ms, slow.median_ms);
     case HeldBy::kLink:
       return fmt::format(

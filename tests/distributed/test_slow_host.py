@@ -130,7 +130,8 @@ def test_a_slow_host_is_named_with_what_holds_it(job_on):
     runs = event_accumulator.EventAccumulator(
         str(job.out / "tensorboard"), size_guidance={event_accumulator.SCALARS: 0}).Reload()
     for rank in range(3):
-        for figure in ("input_wait_ms", "compute_ms", "allreduce_ms", "link_ms"):
+        for figure in ("input_wait_ms", "compute_ms", "outside_steps_ms", "allreduce_ms",
+                       "link_ms"):
             tag = f"rank_{rank}/{figure}"
             assert tag in runs.Tags()["scalars"], sorted(runs.Tags()["scalars"])
             assert {s.step: s.value for s in runs.Scalars(tag)}[link_step] == pytest.approx(

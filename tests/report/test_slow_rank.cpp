@@ -82,6 +82,28 @@ TEST(SlowRank, AStragglerSmallBesideASlowLinkIsNotWhatHoldsTheStep) {
   EXPECT_EQ(slow.rank, 2);
 }
 
+TEST(SlowRank, ACheckpointOnRankZeroIsTimeOutsideItsSteps) {
+  auto ranks = healthy();
+  // Rank 0 writes a checkpoint of 50 s in an interval of 4 steps; the others wait for it in the
+  // next step's all-reduce.
+  ranks[0].outside_ms = 12500;
+  for (int r : {1, 2, 3}) ranks[r] = {0.4, 41.0, 12501.0, 0.3, 0.2};
+  const SlowRank slow = find_slow_rank(ranks);
+  EXPECT_EQ(slow.rank, 0);
+  EXPECT_EQ(slow.held_by, HeldBy::kOutside);
+  EXPECT_STREQ(held_by_name(slow.held_by), "outside_steps");
+  EXPECT_EQ(describe_slow_rank(slow, ranks, kHosts),
+            "rank 0 (node-a) holds the step back: its time outside the steps, 12500.0 ms a step "
+            "against a median of 0.2 ms (writing checkpoints, evaluating: its storage or CPU)");
+}
+
+TEST(SlowRank, AnEvaluationEveryRankRunsIsNotNamed) {
+  auto ranks = healthy();
+  const double evaluation_ms[] = {900, 940, 910, 925};  // each rank's share of the held-out set
+  for (int r = 0; r < 4; ++r) ranks[r].outside_ms = evaluation_ms[r];
+  EXPECT_EQ(find_slow_rank(ranks).held_by, HeldBy::kNothing);
+}
+
 TEST(SlowRank, FiguresNotMeasuredAreLeftOut) {
   auto ranks = healthy();
   for (RankTimes& r : ranks) r.allreduce_ms = r.link_ms = kNone;  // one node, a CUDA graph

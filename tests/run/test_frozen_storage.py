@@ -352,6 +352,12 @@ def test_a_slow_first_step_and_a_slow_checkpoint_end_nothing(tmp_path, data, fro
     assert "checkpoint-000000008.pt" in "".join(slow_disk.held()), slow_disk.held()
     newest = sorted(slow_disk.mount.glob("checkpoint-*.pt"))[-1]
     assert newest.name == "checkpoint-000000012.pt", newest
+    # The interval after checkpoint 8 names its writer and what held the step: the 50 s are
+    # rank 0's time outside its steps, which rank 1 spent in the next all-reduce.
+    held = re.search(r"step 9 ranks: .*; rank 0 \(\S+\) holds the step back: its time outside "
+                     r"the steps, (\d+)\.\d ms a step", out)
+    assert held and 45000 < float(held[1]) < 60000, re.findall(r"step \d+ ranks: .*", out)
+    print(re.findall(r"step [129] ranks: .*", out))
 
 
 def test_under_torchrun_sigterm_while_a_pod_is_frozen_ends_every_pod_within_the_grace(
