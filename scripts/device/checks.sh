@@ -49,12 +49,12 @@
 # Usage: [TRAIN_ARGS="--cuda_graph true"] scripts/device/checks.sh [STAGE ...]
 #        scripts/device/checks.sh decide
 # decide: the one call that decides the step's defaults, within DECIDE_BUDGET_S (default 450)
-# seconds: tests; v100 and graph with every candidate key on (CANDIDATES, default
-# "--stem_space_to_depth true --fused_residual_gradient true"); then the train stage at every
-# TRAIN_RUNS with each candidate alone, both, and the 8-channel stem as TRIALS, against
-# reduce-overhead and max-autotune with ATen's convolutions, 3 rounds, in what is left of the
-# budget (no run starts past it). Its table says which configuration is the defaults and how each
-# trial fared against the graph round by round.
+# seconds: tests; the train stage at every TRAIN_RUNS with each candidate key alone, both, and
+# the 8-channel stem as TRIALS, 3 rounds, then reduce-overhead and max-autotune with ATen's
+# convolutions once each, in what is left of the budget (no run starts past it); then v100 and
+# graph with every candidate key on (CANDIDATES, default "--stem_space_to_depth true
+# --fused_residual_gradient true"). Its table says which configuration is the defaults and how
+# each trial fared against the graph round by round.
 # TRAIN_RUNS: the train stage's PRECISION:BATCH runs (default "fp16:256 bf16:256 fp16:32 bf16:32").
 # TRIALS: key sets the train stage also measures with the graph, separated by ";"
 # (scripts/bench/train.sh), e.g. TRIALS="--fused_residual_gradient true; --stem_input_channels 8".
@@ -81,7 +81,7 @@ if [ "${stages[*]}" = decide ]; then
   export COMPILE_MODES=${COMPILE_MODES:-reduce-overhead max-autotune}
   export MAX_AUTOTUNE_CONV=${MAX_AUTOTUNE_CONV-ATEN} REPEATS=${REPEATS:-3} ATEN_ROW=${ATEN_ROW:-0}
   export PEER_ROUNDS=${PEER_ROUNDS:-1} STEPS=${STEPS:-50} WARMUP_STEPS=${WARMUP_STEPS:-10}
-  stages=(tests v100 graph train)
+  stages=(tests train v100 graph)
 fi
 known=" tests overhead allreduce graph stem v100 numerics fusion profile train pipeline recipes techniques "
 for stage in "${stages[@]}"; do
@@ -202,9 +202,10 @@ run_stage() {
       ;;
     train)
       read -r -a runs <<<"${TRAIN_RUNS:-fp16:256 bf16:256 fp16:32 bf16:32}"
-      # Within decide, what is left of its budget (at least a minute: one round of this trainer).
-      [ "$decide_budget" -eq 0 ] ||
-        export BUDGET_S=$((decide_budget - SECONDS > 60 ? decide_budget - SECONDS : 60))
+      # Within decide, what is left of its budget less the v100 and graph stages' (about 75 s),
+      # and at least a minute: one round of this trainer.
+      left=$((decide_budget - SECONDS - 75))
+      [ "$decide_budget" -eq 0 ] || export BUDGET_S=$((left > 60 ? left : 60))
       BUILD_DIR=$bundle/bin PYTHON=python3 "$root/scripts/bench/train.sh" "${runs[@]}"
       ;;
     pipeline)
