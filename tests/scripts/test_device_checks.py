@@ -5,10 +5,12 @@ for three rounds of 50 steps within the budget, PyTorch's runs once after them, 
 table; the V100 setting and the graph under mpirun then run with every candidate key on. A shell
 slip here would cost a GPU session its call. The figures come from a GPU."""
 import json
+import re
 import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 from conftest import ROOT
 
@@ -118,3 +120,22 @@ def test_decide_is_a_plan_of_its_own(tmp_path):
     result, calls = run_checks(tmp_path, "decide", "tests")
     assert result.returncode == 2 and "unknown stage decide" in result.stderr
     assert calls == []
+
+
+def test_the_bundle_holds_every_program_the_device_scripts_run():
+    # The programs this build makes; the bundle carries those the device's scripts name (and
+    # only those: with the repository it must fit the 64 MiB a device call carries).
+    built = set()
+    for cmake in ROOT.rglob("CMakeLists.txt"):
+        text = cmake.read_text()
+        built |= set(re.findall(r"add_(?:executable|trainer_test)\(([\w-]+)", text))
+        for tools in re.findall(r"foreach\(tool ([^)]*)\)", text):
+            built |= set(tools.split())
+    assert {"train", "bench-step", "trainer_tests", "data_tests"} <= built
+    device = ROOT / "scripts" / "device"
+    scripts = (device / "checks.sh").read_text() + (device / "fused_numerics.py").read_text()
+    named = {b for b in built if re.search(rf"(?<![\w/-]){re.escape(b)}(?![\w.-])", scripts)}
+    bundle = (device / "bundle.sh").read_text()
+    listed = re.search(r"for binary in (.*?); do", bundle, re.S)[1].replace("\\\n", " ").split()
+    assert named <= {Path(b).name for b in listed}, named - {Path(b).name for b in listed}
+    assert "trainer_tests" in named and "resnet_parity_tool" in named and "data_tests" not in named
