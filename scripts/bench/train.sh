@@ -95,9 +95,9 @@ measure_trainer() {
   local output status=0 label figures
   local line=' round [0-9]+: ([0-9.]+) images/s, step median ([0-9.]+) ms.*'
   echo "+ ${bench_step[*]}" >&2
+  # Shown as it comes: a device call cut short keeps what its log had.
   output=$("${bench_step[@]}" --repeats 1 --first_round "$1" \
-    --budget_s "$((budget > 0 ? budget - SECONDS : 0))" 2>&1) || status=$?
-  echo "$output" >&2
+    --budget_s "$((budget > 0 ? budget - SECONDS : 0))" 2>&1 | tee /dev/stderr) || status=$?
   [ "$status" -eq 0 ] || echo "bench-step failed: exit status $status" >&2
   for label in "${labels[@]}"; do
     figures=$(sed -nE "s|^bench-step $label$line|\1 \2|p" <<<"$output")
