@@ -45,11 +45,11 @@ steps=${STEPS:-100}
 warmup=${WARMUP_STEPS:-20}
 for value in "REPEATS=$repeats" "STEPS=$steps" "BUDGET_S=$budget" "PEER_ROUNDS=$peer_rounds" \
   "WARMUP_STEPS=$warmup"; do
-  [[ ${value#*=} =~ ^[0-9]+$ ]] && [[ $value != REPEATS=0 && $value != STEPS=0 ]] || {
+  if [[ ! ${value#*=} =~ ^[0-9]+$ || $value == REPEATS=0 || $value == STEPS=0 ]]; then
     echo "${value%%=*} must be a whole number (REPEATS and STEPS at least 1), got" \
       "'${value#*=}'" >&2
     exit 2
-  }
+  fi
 done
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
