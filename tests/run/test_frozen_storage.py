@@ -357,7 +357,6 @@ def test_a_slow_first_step_and_a_slow_checkpoint_end_nothing(tmp_path, data, fro
     held = re.search(r"step 9 ranks: .*; rank 0 \(\S+\) holds the step back: its time outside "
                      r"the steps, (\d+)\.\d ms a step", out)
     assert held and 45000 < float(held[1]) < 60000, re.findall(r"step \d+ ranks: .*", out)
-    print(re.findall(r"step [129] ranks: .*", out))
 
 
 def test_under_torchrun_sigterm_while_a_pod_is_frozen_ends_every_pod_within_the_grace(
